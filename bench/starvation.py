@@ -1,0 +1,112 @@
+"""How long the accelerator waits for input: the one measurement gpufeed exists for.
+
+A training loop brackets each step with `StepTimer`:
+
+    batch = timer.fetch(loader_iter)   # host time blocked on the next batch
+    timer.step_begin()                 # CUDA event, enqueued after the batch is there
+    ... forward, backward, optimizer step (all enqueued asynchronously) ...
+    timer.step_end()                   # CUDA event after the last kernel of the step
+
+On CUDA the events execute on the stream in order, so `begin[i+1] - end[i]` is exactly the time the GPU had
+nothing of this loop to run: it finished step i and step i+1 had not been enqueued yet, because the host was
+waiting for the batch (or copying it). When the host is ahead, step i+1 is already queued and the gap is ~0.
+On CPU there is no queue: starvation is the share of wall time spent blocked in `next()`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class StarvationSummary:
+    steps: int  # measured steps (after warm-up)
+    wall_s: float  # host wall time over the measured steps
+    starvation: float  # share of time the device sat idle waiting for input (0..1)
+    gpu_idle_s: float  # summed idle gaps between steps (CUDA events); equals wait time on CPU
+    wait_median_ms: float  # host time blocked on the next batch, per step
+    wait_p95_ms: float
+    wait_max_ms: float
+    source: str  # "cuda-events" or "host-wait"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+class StepTimer:
+    """Records, per step, the host wait for the batch and (on CUDA) events around the GPU work."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        import torch
+
+        self._torch = torch
+        self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
+        self.waits: list[float] = []
+        self.wall: list[float] = []  # host clock at each step_begin
+        self._fetch_t0: list[float] = []
+        self._end_wall: list[float] = []
+        self._begin: list = []
+        self._end: list = []
+
+    def fetch(self, it: Iterator[T]) -> T:
+        """next(it), timing how long the host is blocked. Raises StopIteration like next()."""
+        t0 = time.perf_counter()
+        self._fetch_t0.append(t0)
+        item = next(it)
+        self.waits.append(time.perf_counter() - t0)
+        return item
+
+    def step_begin(self) -> None:
+        self.wall.append(time.perf_counter())
+        if self.cuda:
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._begin.append(ev)
+
+    def step_end(self) -> None:
+        self._end_wall.append(time.perf_counter())
+        if self.cuda:
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._end.append(ev)
+
+    def summary(self, skip: int = 0) -> StarvationSummary:
+        """Figures over steps [skip, n). Synchronizes the device once."""
+        n = len(self.wall)
+        if n - skip < 2:
+            raise ValueError(f"need at least 2 measured steps after skipping {skip}, have {n}")
+        if self.cuda:
+            self._torch.cuda.synchronize()
+        # waits[i] is the fetch of the batch that step i consumes
+        waits = self.waits[skip:n]
+        if self.cuda:
+            gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 for i in range(skip, n - 1)]
+            span = self._begin[skip].elapsed_time(self._end[n - 1]) / 1e3
+            idle = sum(max(0.0, g) for g in gaps)
+            wall_s, source = span, "cuda-events"
+        else:
+            # the CPU does the step itself, so time blocked on input is time not training
+            wall_s = self._end_wall[n - 1] - self._fetch_t0[skip]
+            idle, source = sum(waits), "host-wait"
+        return StarvationSummary(
+            steps=n - skip,
+            wall_s=wall_s,
+            starvation=idle / wall_s if wall_s > 0 else 0.0,
+            gpu_idle_s=idle,
+            wait_median_ms=1e3 * statistics.median(waits),
+            wait_p95_ms=1e3 * _percentile(waits, 0.95),
+            wait_max_ms=1e3 * max(waits),
+            source=source,
+        )

@@ -1,0 +1,44 @@
+"""Shared fixtures: the real data in ../shared/datasets, unpacked once per session, and the gpu marker."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run `pytest -m gpu` on the GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def _unpack(name: str, tmp_path_factory) -> Path:
+    archive = SHARED_DATASETS / name
+    if not archive.exists():
+        pytest.skip(f"real data not found: {archive} (CI and the dev machines have ../shared beside the repo)")
+    out = tmp_path_factory.mktemp(name.split(".")[0])
+    with tarfile.open(archive) as tar:
+        tar.extractall(out, filter="data")
+    return out
+
+
+@pytest.fixture(scope="session")
+def cifar_jpg_root(tmp_path_factory) -> Path:
+    """The real CIFAR-10 JPEGs: ROOT/train/<class>/*.jpg and ROOT/test/<class>/*.jpg."""
+    return _unpack("cifar10-jpg.tar.gz", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def fsdd_root(tmp_path_factory) -> Path:
+    """The real spoken-digit clips: ROOT/recordings/<digit>_<speaker>_<n>.wav."""
+    return _unpack("fsdd-wav.tar.gz", tmp_path_factory)
