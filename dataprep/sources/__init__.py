@@ -1,0 +1,72 @@
+"""Source registry and layout detection. Sources import only numpy and the standard library at module level."""
+
+from __future__ import annotations
+
+import importlib
+import tarfile
+from pathlib import Path
+
+from .base import AudioSpec, BadSample, Chunk, InputError, Source
+
+SOURCES = {
+    "cifar10": "dataprep.sources.cifar10:Cifar10Source",
+    "imagefolder": "dataprep.sources.imagefolder:ImageFolderSource",
+    "kaggle": "dataprep.sources.kaggle:KaggleSource",
+    "audio": "dataprep.sources.audio:AudioSource",
+    "synthetic-images": "dataprep.sources.synthetic:SyntheticImages",
+    "synthetic-audio": "dataprep.sources.synthetic:SyntheticAudio",
+}
+LAYOUTS = (
+    "cifar10: cifar-10-batches-py/ (data_batch_1..5, test_batch, batches.meta) or its .tar.gz; "
+    "imagefolder: ROOT/[train|test/]<class>/*.png|jpg; kaggle: ROOT/train/<id>.png + ROOT/trainLabels.csv; "
+    "audio: a folder of .wav/.flac/.ogg clips"
+)
+
+
+def detect(path: Path) -> str:
+    """Name the source kind of `path` from its layout, or raise InputError listing the known layouts."""
+    from .audio import AUDIO_EXTS
+    from .cifar10 import find_batches_dir
+    from .files import IMAGE_EXTS, list_files
+
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder")
+    if path.is_file():
+        if tarfile.is_tarfile(path):
+            return "cifar10"
+        raise InputError(f"{path}: a file that is not a tar archive; known layouts: {LAYOUTS}")
+    if find_batches_dir(path):
+        return "cifar10"
+    if (path / "trainLabels.csv").is_file():
+        return "kaggle"
+    files = list_files(path)
+    if not files:
+        raise InputError(f"{path}: empty folder")
+    suffixes = {p.suffix.lower() for p in files}
+    if suffixes & set(AUDIO_EXTS):
+        return "audio"
+    if suffixes & set(IMAGE_EXTS) and any(p.parent != path for p in files):
+        return "imagefolder"
+    raise InputError(f"{path}: unknown layout; known layouts: {LAYOUTS}")
+
+
+def build_source(name: str, path: Path | None, *, split: str, limit: int | None, audio: AudioSpec) -> Source:
+    if name == "auto":
+        if path is None:
+            raise InputError("--input is required unless --source is synthetic-images or synthetic-audio")
+        name = detect(path)
+    if name not in SOURCES:
+        raise InputError(f"unknown source {name!r}; valid: auto, {', '.join(SOURCES)}")
+    module, cls = SOURCES[name].split(":")
+    source_cls = getattr(importlib.import_module(module), cls)
+    if name.startswith("synthetic"):
+        source = source_cls(limit) if name == "synthetic-images" else source_cls(limit, audio)
+    elif path is None:
+        raise InputError(f"--input is required for --source {name}")
+    else:
+        source = source_cls(path, split, audio) if name == "audio" else source_cls(path, split)
+    source.name = name
+    return source
+
+
+__all__ = ["SOURCES", "AudioSpec", "BadSample", "Chunk", "InputError", "Source", "build_source", "detect"]

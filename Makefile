@@ -1,0 +1,45 @@
+# Two entry points, both doing all set-up first: `make demo` (end to end on embedded synthetic data, no GPU
+# needed) and `make test` (the whole suite; CI runs exactly this).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO ?= runs/demo
+DEVICE ?= $(shell $(PY) -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')" 2>/dev/null || echo cpu)
+APT_PKGS := libopencv-dev libturbojpeg0-dev pkg-config libsndfile1
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup apt demo test lint clean
+
+# ffcv builds from source against Debian's OpenCV and libjpeg-turbo; install them only when missing
+apt:
+	@if ! pkg-config --exists opencv4 libturbojpeg 2>/dev/null || ! ldconfig -p | grep -q libsndfile; then \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(APT_PKGS); \
+	fi
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(MAKE) apt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[all]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/dataprep convert --source synthetic-images --limit 2000 --format all --output $(DEMO)/images --overwrite
+	$(VENV)/bin/dataprep verify $(DEMO)/images
+	$(VENV)/bin/bench loaders --data $(DEMO)/images --backends torch,hdf5,ffcv,dali,gpu --workers 0,2 \
+		--pin-memory off --batch-size 64 --model tiny --steps 20 --warmup 5 --device $(DEVICE) --out $(DEMO)/bench
+	$(VENV)/bin/bench report $(DEMO)/bench
+	$(VENV)/bin/train --data $(DEMO)/images --loader fastest --model tiny --batch-size 64 --steps 60 \
+		--warmup 10 --sample-every 60 --precision fp32 --no-compile --device $(DEVICE) --out $(DEMO)/train
+	@echo "demo done: see $(DEMO)/bench/results.md, $(DEMO)/bench/*.png and $(DEMO)/train/"
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) runs

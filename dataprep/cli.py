@@ -1,0 +1,96 @@
+"""`dataprep`: convert datasets into the loaders' formats, verify them, describe them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "all")
+SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "synthetic-images", "synthetic-audio")
+
+
+def _formats(ctx, param, value: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [n for n in names if n not in FORMAT_NAMES]
+    if bad or not names:
+        raise click.BadParameter(f"{', '.join(bad) or 'nothing'}: choose from {', '.join(FORMAT_NAMES)} (comma list)")
+    return names
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Prepare datasets for gpufeed's loaders (FFCV, HDF5, DALI, plain files)."""
+
+
+@cli.command()
+@click.option("--input", "input_", type=click.Path(path_type=Path), help="Source folder or archive.")
+@click.option("--output", required=True, type=click.Path(path_type=Path), help="Directory to create.")
+@click.option("--format", "formats", default="all", callback=_formats, help="files,hdf5,ffcv,dali or all.")
+@click.option("--source", type=click.Choice(SOURCE_NAMES), default="auto", show_default=True)
+@click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), help="Convert the first N usable samples (synthetic: N samples).")
+@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True)
+@click.option("--on-bad-file", type=click.Choice(["error", "skip"]), default="error", show_default=True)
+@click.option("--sample-rate", type=click.IntRange(min=1000), default=16000, show_default=True)
+@click.option("--clip-seconds", type=click.FloatRange(min=0.01), default=1.024, show_default=True)
+@click.option("--channels", type=click.IntRange(1, 8), default=1, show_default=True, help="1 downmixes.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
+            channels, overwrite, quiet) -> None:  # fmt: skip
+    """Convert a dataset into the chosen formats, with a manifest and checksums."""
+    from .convert import ConvertConfig
+    from .convert import convert as run
+
+    cfg = ConvertConfig(
+        output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,
+        on_bad_file=on_bad_file, sample_rate=sample_rate, clip_seconds=clip_seconds, channels=channels,
+        progress=not quiet, overwrite=overwrite,
+    )  # fmt: skip
+    manifest = _guard(run, cfg)
+    click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")
+    if manifest["skipped"]:
+        click.echo(f"skipped {len(manifest['skipped'])} bad file(s); listed in {output}/manifest.json", err=True)
+
+
+@cli.command()
+@click.argument("data_dir", type=click.Path(path_type=Path))
+def verify(data_dir: Path) -> None:
+    """Re-hash every file and re-read every sample of every format against the manifest."""
+    from .verify import verify as run
+
+    problems = _guard(run, data_dir)
+    if problems:
+        raise click.ClickException("verification failed:\n  " + "\n  ".join(problems))
+    click.echo(f"{data_dir}: every file and every sample of every format matches the manifest")
+
+
+@cli.command()
+@click.argument("data_dir", type=click.Path(path_type=Path))
+def info(data_dir: Path) -> None:
+    """Print the manifest readably."""
+    from .manifest import describe, load_manifest
+
+    click.echo(describe(_guard(load_manifest, data_dir)))
+
+
+def _guard(fn, *args):
+    """Known failures become one-line errors with a non-zero exit, never a traceback."""
+    from .convert import ConvertError
+    from .manifest import ManifestError
+    from .sources import BadSample, InputError
+
+    try:
+        return fn(*args)
+    except BadSample as e:
+        raise click.ClickException(f"bad input file {e}; fix or remove it, or pass --on-bad-file skip") from None
+    except (InputError, ConvertError, ManifestError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    except OSError as e:
+        raise click.ClickException(f"{e.filename or ''}: {e.strerror or e}") from None
+
+
+def main() -> None:
+    cli()

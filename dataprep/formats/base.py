@@ -1,0 +1,56 @@
+"""The contract of an output format: a writer fed chunks in order, and a reader that gives them back."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..sources.base import Chunk
+
+
+@dataclass
+class DatasetMeta:
+    kind: str  # "image" | "audio"
+    sample_shape: tuple[int, ...]
+    dtype: str  # "uint8" for images, "float32" for audio
+    classes: list[str]
+    sample_rate: int | None = None  # audio only
+
+    @classmethod
+    def from_manifest(cls, manifest: dict) -> DatasetMeta:
+        audio = manifest.get("audio") or {}
+        return cls(
+            manifest["kind"], tuple(manifest["sample_shape"]), manifest["dtype"], manifest["classes"],
+            audio.get("sample_rate"),
+        )  # fmt: skip
+
+    @property
+    def record_bytes(self) -> int:
+        return int(np.prod(self.sample_shape)) * np.dtype(self.dtype).itemsize
+
+
+class FormatWriter(ABC):
+    """Writes one format into `out_dir` (the temporary conversion directory)."""
+
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
+        self.out_dir, self.meta, self.workers = Path(out_dir), meta, workers
+
+    @abstractmethod
+    def write(self, chunk: Chunk) -> None:
+        """Append the chunk's samples, in order."""
+
+    @abstractmethod
+    def finish(self) -> list[Path]:
+        """Flush and close; return the files written, relative to `out_dir`."""
+
+    def abort(self) -> None:
+        """Release open handles after a failure (the temporary directory is removed by the caller)."""
+
+
+def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:  # pragma: no cover
+    """Each format module defines a function with this signature: samples back in manifest order."""
+    raise NotImplementedError

@@ -1,0 +1,102 @@
+"""FFCV (`data.beton`): fields `image` (RGBImageField, write_mode="raw": the decoded uint8 pixels, no JPEG) or
+`audio` (NDArrayField float32, sample_shape), `label` (IntField) and, for audio, `length` (IntField).
+
+FFCV's writer wants random access (`dataset[i]`) from worker processes, but our sources stream. The writer stages
+the samples as fixed-size records in a scratch file inside the temporary conversion directory and serves FFCV from
+it with `os.pread`, so memory stays bounded whatever the dataset size (np.memmap would be simpler, but its touched
+pages count as resident memory)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..sources.base import Chunk
+from .base import DatasetMeta, FormatWriter
+
+FILENAME = "data.beton"
+STAGING = "ffcv-staging.bin"
+
+
+def field_names(kind: str) -> tuple[str, ...]:
+    return ("image", "label") if kind == "image" else ("audio", "label", "length")
+
+
+class StagedRecords:
+    """dataset[i] -> the sample's fields, read from the staging file; picklable for FFCV's worker processes."""
+
+    def __init__(self, path: Path, meta: DatasetMeta, labels: np.ndarray, lengths: np.ndarray | None) -> None:
+        self.path, self.meta, self.labels, self.lengths = str(path), meta, labels, lengths
+        self._fd = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        size = self.meta.record_bytes
+        x = np.frombuffer(os.pread(self._fd, size, i * size), self.meta.dtype).reshape(self.meta.sample_shape)
+        if self.lengths is None:
+            return x, int(self.labels[i])
+        return x, int(self.labels[i]), int(self.lengths[i])
+
+
+class FfcvWriter(FormatWriter):
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
+        super().__init__(out_dir, meta, workers)
+        self.staging = self.out_dir / STAGING
+        self._f = open(self.staging, "wb")
+        self.labels: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+
+    def write(self, chunk: Chunk) -> None:
+        self._f.write(np.ascontiguousarray(chunk.x, dtype=self.meta.dtype).tobytes())
+        self.labels.append(chunk.y)
+        if chunk.length is not None:
+            self.lengths.append(chunk.length)
+
+    def _fields(self) -> dict:
+        from ffcv.fields import IntField, NDArrayField, RGBImageField
+
+        if self.meta.kind == "image":
+            return {"image": RGBImageField(write_mode="raw"), "label": IntField()}
+        data = NDArrayField(dtype=np.dtype(self.meta.dtype), shape=tuple(self.meta.sample_shape))
+        return {"audio": data, "label": IntField(), "length": IntField()}
+
+    def finish(self) -> list[Path]:
+        from ffcv.writer import DatasetWriter
+
+        self._f.close()
+        labels = np.concatenate(self.labels) if self.labels else np.zeros(0, np.int64)
+        lengths = np.concatenate(self.lengths) if self.lengths else None
+        records = StagedRecords(self.staging, self.meta, labels, lengths)
+        writer = DatasetWriter(str(self.out_dir / FILENAME), self._fields(), num_workers=max(1, self.workers))
+        writer.from_indexed_dataset(records, chunksize=256)
+        self.staging.unlink()
+        return [Path(FILENAME)]
+
+    def abort(self) -> None:
+        self._f.close()
+
+
+def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
+    """Reads back through FFCV's own Loader (sequential order, no augmentation), as training will."""
+    from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
+    from ffcv.loader import Loader, OrderOption
+
+    kind = manifest["kind"]
+    names = field_names(kind)
+    decoders = {"image": SimpleRGBImageDecoder(), "audio": NDArrayDecoder(), "label": IntDecoder()}
+    decoders["length"] = IntDecoder()
+    loader = Loader(
+        str(Path(data_dir) / FILENAME), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
+        drop_last=False, pipelines={n: [decoders[n]] for n in names},
+    )  # fmt: skip
+    for batch in loader:
+        x, y = np.array(batch[0]), np.asarray(batch[1]).reshape(-1).astype(np.int64)
+        length = np.asarray(batch[2]).reshape(-1).astype(np.int64) if kind == "audio" else None
+        yield Chunk(x, y, length)

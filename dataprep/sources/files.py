@@ -1,0 +1,94 @@
+"""Sources whose samples are one file each (image folders, Kaggle PNGs, audio clips), decoded in a process pool."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .base import BadSample, Chunk, Source
+
+IMAGE_EXTS = (".png", ".jpg", ".jpeg")
+
+
+def decode_image(path: Path) -> tuple[np.ndarray, None]:
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            im.load()  # decode now, so a truncated file fails here and not in a loader months later
+            rgb = im if im.mode == "RGB" else im.convert("RGB")
+            return np.asarray(rgb, dtype=np.uint8), None
+    except UnidentifiedImageError:
+        raise BadSample(path, "not an image (PIL cannot identify the file)") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise BadSample(path, f"corrupt or truncated image ({e})") from None
+
+
+def _safe(decode: Callable, path: Path):
+    try:
+        return True, decode(path)
+    except BadSample as e:
+        return False, e.problem
+    except Exception as e:  # a decoder bug must still name the file
+        return False, f"{type(e).__name__}: {e}"
+
+
+class FileSource(Source):
+    """`items` is [(path, label)] in output order; `decode(path) -> (x, length | None)` must be picklable."""
+
+    items: list[tuple[Path, int]]
+    decode: Callable[[Path], tuple[np.ndarray, int | None]]
+    root: Path
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def _results(self, workers: int) -> Iterator[tuple[bool, object]]:
+        paths = [p for p, _ in self.items]
+        if workers <= 1:
+            yield from (_safe(self.decode, p) for p in paths)
+            return
+        from functools import partial
+
+        # forkserver, not fork: after FFCV or DALI started threads in this process, a forked child can deadlock
+        with mp.get_context("forkserver").Pool(workers) as pool:
+            yield from pool.imap(partial(_safe, self.decode), paths, chunksize=64)
+
+    def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
+        xs, ys, lengths, skipped = [], [], [], []
+        shape, first = None, None
+        for (path, label), (ok, value) in zip(self.items, self._results(workers)):
+            rel = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+            if ok:
+                x, n = value
+                if shape is None:
+                    shape, first = x.shape, rel
+                elif x.shape != shape:
+                    ok, value = False, f"inconsistent sample shape {x.shape}; {first} has {shape}"
+            if not ok:
+                if on_bad_file == "error":
+                    raise BadSample(rel, value)
+                skipped.append({"path": str(rel), "error": value})
+                continue
+            xs.append(x)
+            ys.append(label)
+            lengths.append(n)
+            if len(ys) == chunk_size:
+                yield self._chunk(xs, ys, lengths, skipped)
+                xs, ys, lengths, skipped = [], [], [], []
+        if ys or skipped:
+            yield self._chunk(xs, ys, lengths, skipped)
+
+    @staticmethod
+    def _chunk(xs, ys, lengths, skipped) -> Chunk:
+        x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
+        length = None if not lengths or lengths[0] is None else np.asarray(lengths, np.int64)
+        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped))
+
+
+def list_files(folder: Path) -> list[Path]:
+    """Visible files below `folder`, sorted, so the output order never depends on the file system."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))

@@ -1,0 +1,56 @@
+"""Kaggle's CIFAR-10 layout: ROOT/train/<id>.png and ROOT/trainLabels.csv (id,label)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+
+from .base import BadSample, Chunk, InputError
+from .files import FileSource, decode_image
+
+
+class KaggleSource(FileSource):
+    kind = "image"
+
+    def __init__(self, root: Path, split: str = "train") -> None:
+        self.root = Path(root)
+        if split != "train":
+            raise InputError(f"{root}: Kaggle's CIFAR-10 test images have no labels; use --split train")
+        labels_csv = self.root / "trainLabels.csv"
+        image_dir = self.root / "train"
+        if not labels_csv.is_file() or not image_dir.is_dir():
+            raise InputError(f"{root}: expected train/<id>.png and trainLabels.csv")
+        self.labels = self._read_labels(labels_csv)
+        self.classes = sorted(set(self.labels.values()))
+        self.path = str(self.root)
+        files = [p for p in image_dir.iterdir() if p.is_file() and not p.name.startswith(".")]
+        files.sort(key=lambda p: (0, int(p.stem)) if p.stem.isdigit() else (1, p.stem))  # Kaggle ids are 1..50000
+        index = {c: i for i, c in enumerate(self.classes)}
+        # a file without a label row keeps label -1: chunks() reports it as a bad sample
+        self.items = [(p, index.get(self.labels.get(p.stem), -1)) for p in files]
+        if not self.items:
+            raise InputError(f"{image_dir}: empty folder")
+        self.decode = decode_image
+
+    @staticmethod
+    def _read_labels(path: Path) -> dict[str, str]:
+        with open(path, newline="") as f:
+            rows = list(csv.reader(f))
+        if not rows or [c.strip() for c in rows[0][:2]] != ["id", "label"]:
+            raise InputError(f"{path}: expected a header 'id,label'")
+        bad = [i + 1 for i, r in enumerate(rows[1:], 1) if len(r) < 2]
+        if bad:
+            raise InputError(f"{path}: line {bad[0]} has fewer than 2 columns")
+        return {r[0].strip(): r[1].strip() for r in rows[1:]}
+
+    def chunks(self, chunk_size: int, on_bad_file: str, workers: int):
+        unlabelled = [p for p, y in self.items if y < 0]
+        skipped = [{"path": str(p.relative_to(self.root)), "error": "no entry in trainLabels.csv"} for p in unlabelled]
+        if skipped and on_bad_file == "error":
+            raise BadSample(unlabelled[0].relative_to(self.root), "no entry in trainLabels.csv")
+        self.items = [(p, y) for p, y in self.items if y >= 0]
+        if skipped:
+            yield Chunk(np.zeros((0, 1, 1, 3), np.uint8), np.zeros(0, np.int64), None, skipped)
+        yield from super().chunks(chunk_size, on_bad_file, workers)

@@ -1,0 +1,82 @@
+"""`dataprep verify`: re-hash every file and re-read every sample of every format against the manifest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .digest import SampleDigest, file_sha256
+from .formats import module
+from .manifest import load_manifest
+
+
+def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
+    for f in files:
+        path = data_dir / f["path"]
+        if not path.is_file():
+            return f"{name}: {f['path']} is missing"
+        if path.stat().st_size != f["bytes"]:
+            return f"{name}: {f['path']} has {path.stat().st_size} bytes, the manifest says {f['bytes']}"
+        if file_sha256(path) != f["sha256"]:
+            return f"{name}: {f['path']} sha256 differs from the manifest (the file changed after conversion)"
+    return None
+
+
+def _chunk(data_dir: Path, manifest: dict, name: str, index: int):
+    size = manifest["digest"]["chunk_size"]
+    for i, chunk in enumerate(module(name).read_chunks(data_dir, manifest, size)):
+        if i == index:
+            return chunk
+    return None
+
+
+def _locate(data_dir: Path, manifest: dict, name: str, bad_chunk: int, good: list[str]) -> str:
+    """Name the first differing sample by comparing with a format whose digest of that chunk is right."""
+    size = manifest["digest"]["chunk_size"]
+    first, last = bad_chunk * size, min(manifest["count"], (bad_chunk + 1) * size) - 1
+    if not good:
+        return f"samples {first}..{last} differ from the manifest digest"
+    ours, ref = _chunk(data_dir, manifest, name, bad_chunk), _chunk(data_dir, manifest, good[0], bad_chunk)
+    if ours is None:
+        return f"ends before sample {first}"
+    for k in range(min(len(ours), len(ref))):
+        same = np.array_equal(ours.x[k], ref.x[k]) and ours.y[k] == ref.y[k]
+        if ours.length is not None and ref.length is not None:
+            same = same and ours.length[k] == ref.length[k]
+        if not same:
+            return f"sample {first + k} differs (checked against {good[0]}, which matches the manifest)"
+    return f"samples {first}..{last} differ from the manifest digest"
+
+
+def _digest(data_dir: Path, manifest: dict, name: str) -> SampleDigest:
+    digest = SampleDigest(manifest["digest"]["chunk_size"])
+    for chunk in module(name).read_chunks(data_dir, manifest, digest.chunk_size):
+        digest.update(chunk)
+    return digest.result()
+
+
+def verify(data_dir: Path | str) -> list[str]:
+    """Problems found, most useful first; an empty list means every format matches the manifest exactly."""
+    data_dir = Path(data_dir)
+    manifest = load_manifest(data_dir)
+    expected = manifest["digest"]
+    problems, digests = [], {}
+    for name, info in manifest["formats"].items():
+        problem = _check_files(data_dir, name, info["files"])
+        if problem:
+            problems.append(problem)
+        try:
+            digests[name] = _digest(data_dir, manifest, name)
+        except Exception as e:  # a damaged file can break a reader anywhere; report it, go on with the rest
+            problems.append(f"{name}: cannot read back ({type(e).__name__}: {e})")
+    good = [n for n, d in digests.items() if d["total"] == expected["total"]]
+    for name, got in digests.items():
+        if got["total"] == expected["total"]:
+            continue
+        if got["count"] != manifest["count"]:
+            problems.append(f"{name}: {got['count']} samples read back, the manifest says {manifest['count']}")
+        pairs = zip(got["chunks"], expected["chunks"])
+        bad = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(got["chunks"]), len(expected["chunks"])))
+        problems.append(f"{name}: first mismatch: {_locate(data_dir, manifest, name, bad, good)}")
+    return problems

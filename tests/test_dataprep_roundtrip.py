@@ -1,0 +1,142 @@
+"""Every source kind converted to every format reads back sample-exact against independently decoded truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+from dataprep_helpers import FORMATS, make_audio, make_cifar_pickles, make_imagefolder, make_kaggle, read_all
+from PIL import Image
+
+from dataprep.convert import ConvertConfig, convert
+from dataprep.verify import verify
+
+
+def _convert(inp, out, **kw) -> dict:
+    return convert(ConvertConfig(output=out, input=inp, progress=False, workers=2, **kw))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One conversion per source kind, to all formats; with the ground truth decoded by the test itself."""
+    tmp = tmp_path_factory.mktemp("roundtrip")
+    out = {}
+    x, y, classes = make_cifar_pickles(tmp / "pickles")
+    out["cifar10"] = (_convert(tmp / "pickles", tmp / "o_cifar"), tmp / "o_cifar", x, y, None)
+    x, y = make_kaggle(tmp / "kaggle")
+    out["kaggle"] = (_convert(tmp / "kaggle", tmp / "o_kaggle"), tmp / "o_kaggle", x, y, None)
+    x, y = make_imagefolder(tmp / "folder")
+    out["imagefolder"] = (_convert(tmp / "folder", tmp / "o_folder"), tmp / "o_folder", x, y, None)
+    paths = make_audio(tmp / "clips")
+    xs, lens = zip(*[_decode_truth(p) for p in sorted(paths)])
+    ys = np.array([int(p.name[0]) for p in sorted(paths)])
+    out["audio"] = (_convert(tmp / "clips", tmp / "o_audio"), tmp / "o_audio", np.stack(xs), ys, np.array(lens))
+    return out
+
+
+def _decode_truth(path: Path, rate: int = 16000, n: int = 16384):
+    """The documented audio pipeline, written out independently: downmix, soxr HQ resample, crop or zero-pad."""
+    data, sr = sf.read(path, dtype="float32", always_2d=True)
+    mono = data.mean(axis=1, keepdims=True)
+    if sr != rate:
+        mono = soxr.resample(mono, sr, rate, quality="HQ")
+    out = np.zeros(n, np.float32)
+    k = min(n, len(mono))
+    out[:k] = mono[:k, 0]
+    return out, k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("source", ["cifar10", "kaggle", "imagefolder", "audio"])
+def test_round_trip_is_exact(built, source, fmt):
+    """Samples, labels and lengths read back from each format equal the independently decoded source."""
+    manifest, data_dir, x, y, length = built[source]
+    assert manifest["source"]["kind"] == source
+    gx, gy, glen = read_all(data_dir, fmt)
+    assert gx.dtype == x.dtype and gx.shape == x.shape
+    assert np.array_equal(gx, x), f"{fmt} differs from the decoded {source}"
+    assert np.array_equal(gy, y)
+    if length is not None:
+        assert np.array_equal(glen, length)
+
+
+def test_manifest_describes_the_set(built):
+    """The manifest records count, shape, dtype, classes, file sizes and sha256 of every format."""
+    manifest, data_dir, x, _, _ = built["cifar10"]
+    assert manifest["count"] == len(x) == 100
+    assert manifest["sample_shape"] == [32, 32, 3] and manifest["dtype"] == "uint8"
+    assert manifest["classes"][0] == "airplane"
+    assert set(manifest["formats"]) == set(FORMATS)
+    for fmt in manifest["formats"].values():
+        for f in fmt["files"]:
+            assert (data_dir / f["path"]).stat().st_size == f["bytes"] and len(f["sha256"]) == 64
+    audio = built["audio"][0]
+    assert audio["audio"]["sample_rate"] == 16000 and audio["sample_shape"] == [16384]
+
+
+def test_cifar_test_split_and_tarball(tmp_path):
+    """The test split reads test_batch, and the .tar.gz form converts identically to the folder."""
+    import tarfile
+
+    make_cifar_pickles(tmp_path / "p", n_per_batch=10)
+    with tarfile.open(tmp_path / "cifar-10-python.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "p" / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    a = _convert(tmp_path / "p", tmp_path / "a", split="test", formats=("hdf5",))
+    b = _convert(tmp_path / "cifar-10-python.tar.gz", tmp_path / "b", split="test", formats=("hdf5",))
+    assert a["count"] == b["count"] == 10
+    assert a["digest"]["total"] == b["digest"]["total"]
+
+
+def test_synthetic_sets_are_deterministic_prefixes(tmp_path):
+    """Synthetic sample i depends only on i: a smaller --limit is a prefix of a larger one, and runs agree."""
+    a = _convert(None, tmp_path / "a", source="synthetic-images", limit=40, formats=("hdf5",))
+    b = _convert(None, tmp_path / "b", source="synthetic-images", limit=20, formats=("hdf5",))
+    xa, _, _ = read_all(tmp_path / "a", "hdf5")
+    xb, _, _ = read_all(tmp_path / "b", "hdf5")
+    assert np.array_equal(xa[:20], xb)
+    assert a["count"] == 40 and len(np.unique(xa.reshape(40, -1), axis=0)) == 40
+    # structure, not noise: neighbouring pixels are strongly correlated
+    diffs = np.abs(np.diff(xa.astype(int), axis=2)).mean()
+    assert diffs < 30, "synthetic images should be smooth with texture, not white noise"
+
+
+def test_synthetic_audio_every_format(tmp_path):
+    """Synthetic audio round-trips through every format with its true lengths."""
+    m = _convert(None, tmp_path / "a", source="synthetic-audio", limit=12)
+    ref = read_all(tmp_path / "a", "hdf5")
+    assert (ref[2] < 16384).any() and (ref[0][0, ref[2][0] :] == 0).all()
+    for fmt in FORMATS:
+        x, y, length = read_all(tmp_path / "a", fmt)
+        assert np.array_equal(x, ref[0]) and np.array_equal(y, ref[1]) and np.array_equal(length, ref[2])
+    assert verify(tmp_path / "a") == [] and m["count"] == 12
+
+
+@pytest.mark.slow
+def test_real_cifar_jpegs(cifar_jpg_root, tmp_path):
+    """Real CIFAR-10 JPEGs: the formats hold exactly what PIL decodes from each JPEG, in folder order."""
+    m = _convert(cifar_jpg_root, tmp_path / "c", limit=2000)
+    assert m["source"]["kind"] == "imagefolder" and m["count"] == 2000
+    files = sorted((cifar_jpg_root / "train" / "airplane").iterdir())[:2000]
+    truth = np.stack([np.asarray(Image.open(p).convert("RGB")) for p in files])
+    for fmt in FORMATS:
+        x, y, _ = read_all(tmp_path / "c", fmt)
+        assert np.array_equal(x, truth) and (y == 0).all()
+    assert verify(tmp_path / "c") == []
+
+
+@pytest.mark.slow
+def test_real_spoken_digits(fsdd_root, tmp_path):
+    """Real spoken-digit clips: 8 kHz WAVs resampled to 16 kHz match the documented pipeline in every format."""
+    m = _convert(fsdd_root / "recordings", tmp_path / "d", limit=300)
+    assert m["classes"] == [str(d) for d in range(10)] and m["count"] == 300
+    paths = sorted((fsdd_root / "recordings").glob("*.wav"))[:300]
+    truth = [_decode_truth(p) for p in paths]
+    for fmt in FORMATS:
+        x, y, length = read_all(tmp_path / "d", fmt)
+        assert np.array_equal(x, np.stack([t[0] for t in truth]))
+        assert np.array_equal(length, [t[1] for t in truth])
+        assert np.array_equal(y, [int(p.name[0]) for p in paths])
