@@ -1,0 +1,50 @@
+"""Interchangeable data loaders. `build_loader(name, data_dir, ...)` returns a `Loader` yielding `Batch`es on the
+device; backends are imported only when built, so a missing FFCV or DALI only matters to whoever asks for it."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+BACKENDS = {
+    "torch": "loaders.torch_files:TorchFilesLoader",
+    "hdf5": "loaders.hdf5_backend:Hdf5Loader",
+    "ffcv": "loaders.ffcv_backend:FfcvLoader",
+    "dali": "loaders.dali_backend:DaliLoader",
+    "gpu": "loaders.gpu_resident:GpuResidentLoader",
+}
+# the pip extra that provides each backend's library, and the format dataprep must have written for it
+EXTRAS = {"torch": "audio", "hdf5": None, "ffcv": "ffcv", "dali": "dali", "gpu": None}
+NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5"}
+
+
+class LoaderError(Exception):
+    """A loader cannot be built as asked; the message says what to do."""
+
+
+def build_loader(name: str, data_dir: str | Path, **options):
+    """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
+    from dataprep.manifest import load_manifest
+
+    from .base import LoaderOptions
+
+    if name not in BACKENDS:
+        raise LoaderError(f"unknown loader {name!r}; valid: {', '.join(BACKENDS)}")
+    manifest = load_manifest(data_dir)
+    fmt = NEEDS_FORMAT[name]
+    if fmt not in manifest["formats"] and not (name == "gpu" and "files" in manifest["formats"]):
+        raise LoaderError(
+            f"{data_dir} has no {fmt!r} format (it has {', '.join(manifest['formats'])}); "
+            f"run: dataprep convert --format {fmt} ..."
+        )
+    module_name, cls_name = BACKENDS[name].split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        extra = EXTRAS[name]
+        hint = f"pip install 'gpufeed[{extra}]'" if extra else "pip install gpufeed"
+        raise LoaderError(f"the {name!r} loader needs a library that is missing ({e.name or e}): {hint}") from None
+    return getattr(module, cls_name)(Path(data_dir), manifest, LoaderOptions(**options))
+
+
+__all__ = ["BACKENDS", "LoaderError", "build_loader"]

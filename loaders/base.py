@@ -1,0 +1,143 @@
+"""The loader contract every backend implements, and the batch finishing shared by all of them.
+
+Backends differ only in how uint8 pixels (or float32 clips) reach `device`. What happens after is one definition
+here, so swapping backends changes speed, never the numbers: `finish_images` (normalize to [-1, 1], flip,
+channels_last) and `log_mel` (the audio features, computed on `device`)."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor  # images (N,3,H,W) in [-1,1]; audio (N,C,n_mels,frames) log-mel in about [-1,1], or (N,C,T) wave
+    y: torch.Tensor  # int64 labels (N,)
+
+
+@dataclass(kw_only=True)
+class LoaderOptions:
+    batch_size: int
+    workers: int = 4  # the backend's closest knob: processes (torch, hdf5) or threads (ffcv, dali)
+    pin_memory: bool = True  # page-locked host buffers so the copy to the GPU can overlap compute
+    device: str = "cpu"
+    shuffle: bool = True
+    augment: bool = True  # random horizontal flip of images, as DDPM trains on CIFAR-10
+    drop_last: bool = True  # equal batch shapes: torch.compile and CUDA graphs want them
+    seed: int = 0
+    rank: int = 0
+    world_size: int = 1
+    dtype: torch.dtype = torch.float32
+    representation: str = "mel"  # audio only: "mel" or "wave"
+    prefetch: int = 2  # batches prepared ahead, where the backend has such a queue
+    mp_context: str | None = None  # worker processes: "fork", "forkserver" or "spawn" (None: the platform default)
+
+
+class Loader(ABC):
+    """One epoch of `Batch`es on `device` per iteration. Call set_epoch(e) before iterating epoch e."""
+
+    def __init__(self, data_dir: Path, manifest: dict, opts: LoaderOptions) -> None:
+        self.data_dir, self.manifest, self.opts = Path(data_dir), manifest, opts
+        self.epoch = 0
+        self.kind = manifest["kind"]
+        # page-locked memory only helps a copy to a GPU; on a CPU device it would be wasted work (and a warning)
+        self.pin = opts.pin_memory and torch.device(opts.device).type == "cuda"
+        if opts.representation not in ("mel", "wave"):
+            raise ValueError(f"representation must be 'mel' or 'wave', not {opts.representation!r}")
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def __len__(self) -> int:
+        n = len(shard_indices(self.manifest["count"], self.opts, 0))
+        return n // self.opts.batch_size if self.opts.drop_last else math.ceil(n / self.opts.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def close(self) -> None:
+        """Stop every worker thread or process. Safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def finish(self, x: torch.Tensor, y: torch.Tensor, batch_index: int) -> Batch:
+        """Raw batch on device -> model input: images NHWC uint8 or audio (N[,C],T) float32."""
+        if self.kind == "image":
+            flip = flip_mask(len(y), self.opts, self.epoch, batch_index) if self.opts.augment else None
+            x = finish_images(x, self.opts.dtype, flip)
+        else:
+            x = finish_audio(x, self.opts.dtype, self.opts.representation, int(self.manifest["audio"]["sample_rate"]))
+        return Batch(x, y.to(torch.int64))
+
+
+def shard_indices(n: int, opts: LoaderOptions, epoch: int) -> np.ndarray:
+    """This rank's sample indices for `epoch`: one permutation shared by all ranks (same seed), dealt round-robin.
+    With drop_last every rank keeps n // world_size samples, so all ranks run the same number of steps."""
+    order = np.random.default_rng([opts.seed, epoch]).permutation(n) if opts.shuffle else np.arange(n)
+    mine = order[opts.rank :: opts.world_size]
+    return mine[: n // opts.world_size] if opts.drop_last else mine
+
+
+def flip_mask(n: int, opts: LoaderOptions, epoch: int, batch_index: int) -> torch.Tensor:
+    """Which samples of a batch to mirror: a pure function of (seed, rank, epoch, batch), on the CPU (n booleans)."""
+    g = torch.Generator().manual_seed(hash((opts.seed, opts.rank, epoch, batch_index)) & (2**62 - 1))
+    return torch.rand(n, generator=g) < 0.5
+
+
+def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None) -> torch.Tensor:
+    """uint8 NHWC on device -> dtype NCHW in [-1, 1] (x / 127.5 - 1), mirrored where `flip`, channels_last on CUDA."""
+    x = x.permute(0, 3, 1, 2)
+    if flip is not None:
+        x = torch.where(flip.to(x.device, non_blocking=True)[:, None, None, None], x.flip(3), x)
+    x = x.to(dtype).div_(127.5).sub_(1.0)
+    return x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x.contiguous()
+
+
+# The mel features: 64 mel bands x 64 frames from a 1.024 s clip at 16 kHz (16384 samples = 64 hops of 256).
+N_FFT, HOP, N_MELS, FRAMES = 1024, 256, 64, 64
+DB_FLOOR, DB_RANGE = -80.0, 80.0  # log-power in dB mapped linearly from [-80, 0] to [-1, 1]
+_FILTERS: dict[tuple, torch.Tensor] = {}
+
+
+def mel_filters(sample_rate: int, device: torch.device) -> torch.Tensor:
+    """(n_fft//2+1, n_mels) triangular HTK mel filterbank (torchaudio is not a dependency, so it is written out)."""
+    key = (sample_rate, str(device))
+    if key not in _FILTERS:
+        hz_to_mel = lambda f: 2595.0 * math.log10(1.0 + f / 700.0)  # noqa: E731
+        mels = torch.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), N_MELS + 2, dtype=torch.float64)
+        hz = 700.0 * (10 ** (mels / 2595.0) - 1.0)
+        freqs = torch.linspace(0, sample_rate / 2, N_FFT // 2 + 1, dtype=torch.float64)
+        lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
+        up, down = (freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)
+        _FILTERS[key] = torch.clamp(torch.minimum(up, down), min=0).T.to(torch.float32).to(device)
+    return _FILTERS[key]
+
+
+def log_mel(wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
+    """(..., T) float32 on any device -> (..., N_MELS, FRAMES) log-mel scaled to about [-1, 1]."""
+    shape = wave.shape[:-1]
+    window = torch.hann_window(N_FFT, device=wave.device)
+    spec = torch.stft(wave.reshape(-1, wave.shape[-1]).float(), N_FFT, HOP, window=window, return_complex=True)
+    power = spec.abs().pow(2)  # (B, freq, frames)
+    mel = torch.matmul(power.transpose(1, 2), mel_filters(sample_rate, wave.device)).transpose(1, 2)
+    db = 10.0 * torch.log10(mel.clamp_min(1e-10))
+    scaled = ((db - DB_FLOOR) / DB_RANGE * 2.0 - 1.0).clamp(-1.0, 1.0)[..., :FRAMES]
+    return scaled.reshape(*shape, N_MELS, scaled.shape[-1])
+
+
+def finish_audio(x: torch.Tensor, dtype: torch.dtype, representation: str, sample_rate: int) -> torch.Tensor:
+    """(N, T) or (N, C, T) float32 on device -> (N, C, n_mels, frames) or the wave (N, C, T)."""
+    if x.dim() == 2:
+        x = x[:, None]
+    return (log_mel(x, sample_rate) if representation == "mel" else x).to(dtype)

@@ -1,0 +1,69 @@
+"""The baseline people write today: a `torch.utils.data.Dataset` over one file per sample (PIL decodes PNG,
+soundfile decodes WAV), torchvision's ToTensor + Normalize on the CPU in each worker, `DataLoader(num_workers,
+pin_memory)`, then `.to(device)`. Knobs: workers -> num_workers; pin_memory -> pin_memory; prefetch ->
+prefetch_factor (workers > 0 only). Workers are not persistent, as in the tutorials: each epoch starts them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .base import Batch, Loader, shard_indices
+
+
+class FilesDataset(torch.utils.data.Dataset):
+    def __init__(self, root: Path, rows: list[list[str]], kind: str, seed: int, augment: bool) -> None:
+        from torchvision import transforms
+
+        self.root, self.rows, self.kind, self.seed, self.augment = root, rows, kind, seed, augment
+        self.epoch = 0
+        self.to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int):
+        path, label = self.root / self.rows[i][0], int(self.rows[i][1])
+        if self.kind == "audio":
+            import soundfile as sf
+
+            x, _ = sf.read(path, dtype="float32", always_2d=True)
+            return torch.from_numpy(np.ascontiguousarray(x.T)), label
+        from PIL import Image
+
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            # per-sample coin from (seed, epoch, index): reproducible whatever the worker count
+            if self.augment and np.random.default_rng([self.seed, self.epoch, i]).random() < 0.5:
+                im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+            return self.to_tensor(im), label
+
+
+class TorchFilesLoader(Loader):
+    def __init__(self, data_dir, manifest, opts) -> None:
+        from dataprep.formats.files import DIRNAME, read_index
+
+        super().__init__(data_dir, manifest, opts)
+        self.dataset = FilesDataset(self.data_dir / DIRNAME, read_index(data_dir), self.kind, opts.seed, opts.augment)
+
+    def __iter__(self) -> Iterator[Batch]:
+        o = self.opts
+        self.dataset.epoch = self.epoch
+        indices = shard_indices(len(self.dataset), o, self.epoch).tolist()
+        loader = torch.utils.data.DataLoader(
+            self.dataset, batch_size=o.batch_size, sampler=indices, num_workers=o.workers, pin_memory=self.pin,
+            drop_last=o.drop_last, prefetch_factor=o.prefetch if o.workers else None,
+            multiprocessing_context=o.mp_context if o.workers else None,
+        )  # fmt: skip
+        for x, y in loader:
+            x = x.to(o.device, non_blocking=self.pin)
+            y = y.to(o.device, non_blocking=self.pin)
+            if self.kind == "image":  # already normalized and flipped on the CPU by the transforms
+                x = x.to(o.dtype)
+                yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y)
+            else:
+                yield self.finish(x, y, 0)
