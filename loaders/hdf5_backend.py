@@ -1,6 +1,7 @@
 """HDF5 through h5py: each worker process opens `data.h5` lazily on first use (an open h5py handle cannot cross a
-fork, forkserver or spawn boundary) and reads a whole batch per call with one sorted fancy-index read, so the cost
-per sample is a memcpy, not a Python call and a decode. Pixels stay uint8 until they are on the device.
+fork, forkserver or spawn boundary) and reads a whole batch per call, sample by sample with plain integer indexing:
+measured here (bench/format_choices.py) that is ~200k samples/s per process, while one fancy-index read of the same
+128 indices goes through HDF5's selection machinery at ~5k/s. No decode: pixels stay uint8 until on the device.
 Knobs: workers -> DataLoader num_workers (persistent across epochs); pin_memory -> pin_memory; prefetch ->
 prefetch_factor; mp_context -> multiprocessing_context."""
 
@@ -26,19 +27,16 @@ class BatchReader(torch.utils.data.Dataset):
         import h5py
 
         if self._file is None or self._pid != os.getpid():
-            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
-        idx = np.asarray(indices)
-        order = np.argsort(idx)
-        sorted_idx = idx[order]
-        x = np.empty((len(idx), *self._file["x"].shape[1:]), self._file["x"].dtype)
-        self._file["x"].read_direct(x, np.s_[sorted_idx])  # h5py needs increasing indices
-        y = self._file["y"][sorted_idx]
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(len(order))
-        return torch.from_numpy(x[inverse]), torch.from_numpy(y[inverse])
+            # 64 MiB chunk cache: neighbours of a sample read now are often asked for later in the epoch
+            self._file, self._pid = h5py.File(self.path, "r", rdcc_nbytes=64 << 20), os.getpid()
+            self._x, self._y = self._file["x"], self._file["y"][:]  # labels are tiny: keep them in memory
+        x = np.empty((len(indices), *self._x.shape[1:]), self._x.dtype)
+        for k, i in enumerate(indices):
+            x[k] = self._x[i]
+        return torch.from_numpy(x), torch.from_numpy(self._y[np.asarray(indices)])
 
     def __getstate__(self):
-        return {"path": self.path, "_file": None, "_pid": None}
+        return {"path": self.path, "_file": None, "_pid": None}  # the open file stays with its process
 
 
 class Hdf5Loader(Loader):

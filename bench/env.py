@@ -1,0 +1,54 @@
+"""What every benchmark result records about where and how it ran: hardware, versions, commit, command."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+PACKAGES = ("torch", "torchvision", "numpy", "h5py", "ffcv", "nvidia-dali-cuda120", "nvidia-dali-cuda130", "numba")
+
+
+def git_commit() -> str:
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-uno"], capture_output=True,
+                               text=True, timeout=5).stdout.strip()  # fmt: skip
+        return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def hardware() -> dict:
+    import torch
+
+    cpu = platform.processor()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    info = {"cpu": cpu, "cpus_allowed": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
+    if torch.cuda.is_available():
+        info |= {"gpu": torch.cuda.get_device_name(), "gpu_count": torch.cuda.device_count(),
+                 "cuda": torch.version.cuda}  # fmt: skip
+    return info
+
+
+def run_record() -> dict:
+    return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
+            "commit": git_commit(), "hardware": hardware(), "versions": versions()}  # fmt: skip
