@@ -14,6 +14,8 @@ PACKAGES = ("torch", "torchvision", "numpy", "h5py", "ffcv", "nvidia-dali-cuda12
 
 
 def git_commit() -> str:
+    if os.environ.get("GPUFEED_COMMIT"):  # set where the tree was copied without .git (the GPU machine)
+        return os.environ["GPUFEED_COMMIT"]
     repo = Path(__file__).resolve().parents[1]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
