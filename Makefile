@@ -28,12 +28,11 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/dataprep convert --source synthetic-images --limit 2000 --format all --output $(DEMO)/images --overwrite
 	$(VENV)/bin/dataprep verify $(DEMO)/images
-	$(VENV)/bin/bench loaders --data $(DEMO)/images --backends torch,hdf5,ffcv,dali,gpu --workers 0,2 \
-		--pin-memory off --batch-size 64 --model tiny --steps 20 --warmup 5 --device $(DEVICE) --out $(DEMO)/bench
-	$(VENV)/bin/bench report $(DEMO)/bench
-	$(VENV)/bin/train --data $(DEMO)/images --loader fastest --model tiny --batch-size 64 --steps 60 \
-		--warmup 10 --sample-every 60 --precision fp32 --no-compile --device $(DEVICE) --out $(DEMO)/train
-	@echo "demo done: see $(DEMO)/bench/results.md, $(DEMO)/bench/*.png and $(DEMO)/train/"
+	$(VENV)/bin/dataprep convert --source synthetic-audio --limit 300 --format all --output $(DEMO)/audio --overwrite
+	$(VENV)/bin/dataprep info $(DEMO)/audio
+	$(PY) -m bench.loader_speed --data $(DEMO)/images --workers 2 --batch-size 128 --device $(DEVICE) \
+		--out $(DEMO)/loader_speed.json
+	@echo "demo done: datasets in $(DEMO)/images and $(DEMO)/audio, loader speeds in $(DEMO)/loader_speed.json"
 
 test: setup
 	$(PY) -m pytest -q
