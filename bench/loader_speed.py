@@ -64,8 +64,16 @@ def upstream_ffcv(args) -> dict:
     import torchvision
     from ffcv.fields.decoders import IntDecoder, SimpleRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
-    from ffcv.transforms import (Convert, Cutout, RandomHorizontalFlip, RandomTranslate, Squeeze, ToDevice,
-                                 ToTensor, ToTorchImage)  # fmt: skip
+    from ffcv.transforms import (
+        Convert,
+        Cutout,
+        RandomHorizontalFlip,
+        RandomTranslate,
+        Squeeze,
+        ToDevice,
+        ToTensor,  # fmt: skip
+        ToTorchImage,
+    )
 
     mean, std = [125.307, 122.961, 113.8575], [51.5865, 50.847, 51.255]
     dev = torch.device(args.device)

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 

@@ -95,8 +95,10 @@ def main() -> None:
         print(f"{mode:28s} {r.get('images_per_s', float('nan')):9.0f} img/s {r.get('tflops', float('nan')):7.1f} "
               f"TFLOP/s  {r.get('error', '')}", flush=True)  # fmt: skip
     peak = peak_tflops(args.device, "bf16")
-    record = run_record() | {"config": vars(args) | {"out": str(args.out)}, "gflop_per_image": flops / args.batch_size / 1e9,
-                             "peak_tflops_bf16": peak[0], "results": results}  # fmt: skip
+    per_image = flops / args.batch_size / 1e9
+    config = vars(args) | {"out": str(args.out)}
+    record = run_record() | {"config": config, "gflop_per_image": per_image, "peak_tflops_bf16": peak[0],
+                             "results": results}  # fmt: skip
     print(f"counted {flops / args.batch_size / 1e9:.1f} GFLOP per training image (forward + backward)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,7 @@ def make_kaggle(root: Path, n: int = 30) -> tuple[np.ndarray, np.ndarray]:
 def make_imagefolder(root: Path, n_per_class: int = 8, classes=("bird", "cat")) -> tuple[np.ndarray, np.ndarray]:
     x = random_images(n_per_class * len(classes), seed=3)
     k = 0
-    for label, c in enumerate(classes):
+    for c in classes:
         (root / c).mkdir(parents=True)
         for i in range(n_per_class):
             ext = "png" if i % 2 else "jpg"

@@ -94,7 +94,7 @@ def test_cifar_test_split_and_tarball(tmp_path):
 def test_synthetic_sets_are_deterministic_prefixes(tmp_path):
     """Synthetic sample i depends only on i: a smaller --limit is a prefix of a larger one, and runs agree."""
     a = _convert(None, tmp_path / "a", source="synthetic-images", limit=40, formats=("hdf5",))
-    b = _convert(None, tmp_path / "b", source="synthetic-images", limit=20, formats=("hdf5",))
+    _convert(None, tmp_path / "b", source="synthetic-images", limit=20, formats=("hdf5",))
     xa, _, _ = read_all(tmp_path / "a", "hdf5")
     xb, _, _ = read_all(tmp_path / "b", "hdf5")
     assert np.array_equal(xa[:20], xb)

@@ -90,6 +90,7 @@ def test_audio_wave_and_mel(clips, backend):
 @pytest.mark.parametrize("backend", ALL)
 def test_shuffled_epochs_cover_and_differ(images, backend, drop_last):
     """Each shuffled epoch covers every sample once (minus drop_last); epochs differ; a rebuilt loader repeats."""
+
     def orders(loader):
         return [ids(epoch(loader, e)[0]) for e in (0, 1)]
 

@@ -50,7 +50,8 @@ class GaussianDiffusion(nn.Module):
 
     @torch.no_grad()
     def ddim_sample(self, model: nn.Module, shape: tuple[int, ...], steps: int = 50, eta: float = 0.0,
-                    generator: torch.Generator | None = None, device: str | torch.device = "cpu") -> torch.Tensor:  # fmt: skip
+                    generator: torch.Generator | None = None,
+                    device: str | torch.device = "cpu") -> torch.Tensor:  # fmt: skip
         """DDIM over `steps` evenly spaced timesteps; eta=0 is deterministic given the starting noise."""
         x = torch.randn(shape, device=device, generator=generator)
         ts = torch.linspace(self.T - 1, 0, steps, device=device).round().long()

@@ -101,7 +101,9 @@ class UNet(nn.Module):
                 self.up.append(self._block(ResBlock(cur + skips.pop(), ch * mult, temb, p, g), res, ch * mult))
                 cur = ch * mult
             if level != 0:
-                self.up.append(nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(cur, cur, 3, padding=1)))
+                self.up.append(
+                    nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(cur, cur, 3, padding=1))
+                )
                 res *= 2
         self.out = nn.Sequential(nn.GroupNorm(g, cur), nn.SiLU(), nn.Conv2d(cur, cfg.in_channels, 3, padding=1))
 

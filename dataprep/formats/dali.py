@@ -108,7 +108,11 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                     ys.append(np.frombuffer(data, "<i8")[0])
                 elif kind == "len":
                     lens.append(np.frombuffer(data, "<i8")[0])
-                if len(ys) == chunk_size and len(xs) == chunk_size and (meta.kind == "image" or len(lens) == chunk_size):
+                if (
+                    len(ys) == chunk_size
+                    and len(xs) == chunk_size
+                    and (meta.kind == "image" or len(lens) == chunk_size)
+                ):
                     yield _chunk(xs, ys, lens)
                     xs, ys, lens = [], [], []
     if ys:

@@ -1,0 +1,88 @@
+"""The `train` command: parses, validates with actionable messages, and runs the loop."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from training.cli import train
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture(scope="module")
+def cifar_small(cifar_jpg_root, tmp_path_factory):
+    """128 real CIFAR-10 training images, prepared as the loaders read them."""
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path_factory.mktemp("cli-data") / "cifar128"
+    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=128, workers=1, progress=False))
+    return out
+
+
+def base_args(data, out) -> list[str]:
+    opts = "--loader gpu --model tiny --batch-size 8 --precision fp32 --device cpu --workers 0 --no-pin-memory"
+    opts += " --sample-every 0 --no-progress --log-every 2 --timing-warmup 1"
+    return ["--data", str(data), "--out", str(out), *opts.split()]
+
+
+def test_help_is_instant(runner):
+    """--help lists the loader choices, and importing the CLI does not import torch."""
+    result = runner.invoke(train, ["--help"])
+    assert result.exit_code == 0 and "fastest|torch|hdf5|ffcv|dali|gpu" in result.output
+    code = "import sys, training.cli; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_short_run_prints_summary(runner, cifar_small, tmp_path):
+    """A 3-step run exits 0 and prints a JSON summary with the steps and the backend used."""
+    result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "3"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout[result.stdout.index("{") :])
+    assert summary["steps"] == 3 and summary["backend"] == "gpu" and summary["samples_per_s"] > 0
+
+
+def test_missing_manifest_is_bad_parameter(runner, tmp_path):
+    """--data without manifest.json exits 2 and says to run dataprep convert."""
+    result = runner.invoke(train, ["--data", str(tmp_path), "--device", "cpu"])
+    assert result.exit_code == 2 and "dataprep convert" in result.output and "--data" in result.output
+
+
+def test_bad_device_is_bad_parameter(runner, cifar_small):
+    """An unknown --device exits 2 naming the valid forms."""
+    result = runner.invoke(train, ["--data", str(cifar_small), "--device", "tpu"])
+    assert result.exit_code == 2 and "use cuda, cuda:N or cpu" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_without_gpu_is_bad_parameter(runner, cifar_small):
+    """--device cuda on a CPU-only machine exits 2 and suggests --device cpu."""
+    result = runner.invoke(train, ["--data", str(cifar_small), "--device", "cuda"])
+    assert result.exit_code == 2 and "pass --device cpu" in result.output
+
+
+def test_unknown_loader_lists_choices(runner, cifar_small):
+    """An unknown --loader exits 2 and lists the valid backends."""
+    result = runner.invoke(train, ["--data", str(cifar_small), "--loader", "tfdata"])
+    assert result.exit_code == 2 and "'fastest', 'torch', 'hdf5', 'ffcv', 'dali', 'gpu'" in result.output
+
+
+def test_resume_without_checkpoint_exits_1(runner, cifar_small, tmp_path):
+    """--resume into an empty RUN_DIR exits 1 with a message, never starting afresh."""
+    result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "3", "--resume"])
+    assert result.exit_code == 1 and "no checkpoint to resume from" in result.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_empty_shard_is_clear_error(runner, cifar_small, tmp_path):
+    """A batch larger than the dataset exits 1 saying the loader yields no batches."""
+    result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "2", "--batch-size", "1024"])
+    assert result.exit_code == 1 and "yields no batches" in result.output

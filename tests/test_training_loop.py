@@ -1,0 +1,112 @@
+"""The training loop on CPU with tiny(): it learns, reports, samples, and resumes exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from training.checkpoint import CKPT_NAME, CheckpointError
+from training.config import MODEL_NAMES, TrainConfig
+from training.loop import main
+
+
+@pytest.fixture(scope="module")
+def cifar_small(cifar_jpg_root, tmp_path_factory):
+    """512 real CIFAR-10 training images, prepared as the loaders read them."""
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path_factory.mktemp("train-data") / "cifar512"
+    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=512, workers=1, progress=False))
+    return out
+
+
+def tiny_cfg(data, out, **kw) -> TrainConfig:
+    base = dict(
+        data=data,
+        out=out,
+        loader="gpu",
+        model="tiny",
+        batch_size=16,
+        steps=12,
+        lr=1e-3,
+        warmup=0,
+        precision="fp32",
+        device="cpu",
+        workers=0,
+        pin_memory=False,
+        sample_every=0,
+        log_every=4,
+        ckpt_every=4,
+        timing_warmup=2,
+        progress=False,
+    )
+    return TrainConfig(**(base | kw))
+
+
+@pytest.mark.slow
+def test_loss_falls_on_real_images(cifar_small, tmp_path):
+    """tiny() on real CIFAR-10 images: the last steps' mean loss is well below the first steps'."""
+    s = main(tiny_cfg(cifar_small, tmp_path / "run", steps=40, batch_size=16, log_every=20, ckpt_every=40))
+    assert len(s.losses) == 40 and s.steps == 40
+    first, last = sum(s.losses[:10]) / 10, sum(s.losses[-10:]) / 10
+    assert last < 0.7 * first, (first, last)
+    assert s.samples_per_s > 0 and 0 <= s.starvation["starvation"] <= 1 and s.first_batch_s > 0
+
+
+def test_metrics_and_checkpoint_written(cifar_small, tmp_path):
+    """Every log step gives a metrics.jsonl record with rates; the checkpoint holds the final step."""
+    s = main(tiny_cfg(cifar_small, tmp_path / "run"))
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [4, 8, 12]
+    assert all(r["images_per_s"] > 0 and 0 <= r["starvation"] <= 1 and r["loss"] > 0 for r in records)
+    ckpt = torch.load(tmp_path / "run" / CKPT_NAME, weights_only=True)
+    assert ckpt["step"] == 12 and ckpt["position"] == 12 and s.final_loss == s.losses[-1]
+
+
+def test_sampling_writes_png(cifar_small, tmp_path):
+    """An EMA sample grid PNG of sample_count 32x32 RGB images appears at each sample step."""
+    from PIL import Image
+
+    main(tiny_cfg(cifar_small, tmp_path / "run", steps=4, sample_every=2, sample_count=4, sample_steps=3))
+    pngs = sorted(p.name for p in (tmp_path / "run" / "samples").glob("*.png"))
+    assert pngs == ["step0000002.png", "step0000004.png"]
+    with Image.open(tmp_path / "run" / "samples" / pngs[-1]) as im:
+        assert im.size == (2 * 32 + 3 * 2, 2 * 32 + 3 * 2) and im.mode == "RGB"  # 2x2 grid, 2 px padding
+
+
+@pytest.mark.slow
+def test_resume_gives_identical_losses(cifar_small, tmp_path):
+    """Stopping at a checkpoint mid-epoch and resuming reproduces the uninterrupted run's losses exactly."""
+    # 512 images / 16 = 32 batches per epoch: 40 steps cross an epoch boundary; the stop at 20 is mid-epoch
+    full = main(tiny_cfg(cifar_small, tmp_path / "full", steps=40, ckpt_every=20))
+    cut = tiny_cfg(cifar_small, tmp_path / "cut", steps=20, ckpt_every=20, precision="fp32")
+    main(cut)
+    resumed = main(dataclasses.replace(cut, steps=40, resume=True))
+    assert resumed.start_step == 20 and len(resumed.losses) == 20
+    assert resumed.losses == full.losses[20:]  # exact: same data order, RNG states and arithmetic on CPU
+
+
+def test_existing_run_without_resume_is_refused(cifar_small, tmp_path):
+    """A second run into a RUN_DIR with a checkpoint fails instead of overwriting it."""
+    cfg = tiny_cfg(cifar_small, tmp_path / "run", steps=4)
+    main(cfg)
+    with pytest.raises(CheckpointError, match="pass --resume"):
+        main(cfg)
+
+
+def test_model_names_match_presets():
+    """The CLI's --model choices are exactly the model presets."""
+    from training.model import MODEL_PRESETS
+
+    assert set(MODEL_NAMES) == set(MODEL_PRESETS)
+
+
+def test_bad_config_values_are_rejected(tmp_path):
+    """Invalid TrainConfig values raise ValueError naming the valid choices."""
+    with pytest.raises(ValueError, match="precision must be one of bf16, fp16, fp32"):
+        TrainConfig(data=tmp_path, precision="fp8")
+    with pytest.raises(ValueError, match="loader must be one of"):
+        TrainConfig(data=tmp_path, loader="nope")

@@ -1,0 +1,125 @@
+"""`train`: parse the options into a TrainConfig and call training.loop.main. Under torchrun every rank runs it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, REPRESENTATIONS, TrainConfig
+
+_defaults = TrainConfig.__dataclass_fields__
+
+
+def _d(name: str):
+    return _defaults[name].default
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option(
+    "--data",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A directory written by `dataprep convert`.",
+)
+@click.option(
+    "--loader",
+    type=click.Choice(LOADER_NAMES),
+    default=_d("loader"),
+    help="Loader backend; 'fastest' lets bench pick the best for this machine.",
+)
+@click.option(
+    "--model",
+    type=click.Choice(MODEL_NAMES),
+    default=None,
+    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio].",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
+@click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))
+@click.option("--warmup", type=click.IntRange(min=0), default=_d("warmup"), help="Linear LR warm-up steps.")
+@click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables.")
+@click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=_d("precision"))
+@click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet.")
+@click.option(
+    "--compile-mode",
+    type=click.Choice(COMPILE_MODES),
+    default=_d("compile_mode"),
+    help="'reduce-overhead' adds CUDA graphs.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=_d("workers"),
+    help="Loader workers per rank (fastest picks its own).",
+)
+@click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
+@click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
+@click.option(
+    "--representation",
+    type=click.Choice(REPRESENTATIONS),
+    default=_d("representation"),
+    help="Audio only: log-mel or waveform.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=_d("out"),
+    help="RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/.",
+)
+@click.option("--resume", is_flag=True, help="Continue from RUN_DIR/ckpt.pt (an error if it is missing).")
+@click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
+@click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
+@click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints.")
+@click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every"))
+@click.option(
+    "--timing-warmup",
+    type=click.IntRange(min=0),
+    default=_d("timing_warmup"),
+    help="Steps left out of the timing figures.",
+)
+@click.option("--seed", type=int, default=_d("seed"))
+@click.option("--device", default=None, help="cuda or cpu [default: cuda when present].")
+@click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
+def train(no_progress: bool, device: str | None, **options) -> None:
+    """Train a DDPM UNet on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
+    if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
+        raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
+    if device and device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
+    if not (options["data"] / "manifest.json").is_file():
+        raise click.BadParameter(
+            f"{options['data']}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data"
+        )
+    extra = {"device": device} if device else {}
+    cfg = TrainConfig(**options, progress=not no_progress, **extra)
+    summary = _run(cfg)
+    if summary.stopped_by:
+        saved = f"checkpoint in {cfg.out}; continue with --resume" if cfg.ckpt_every else "not saved (--ckpt-every 0)"
+        click.echo(f"stopped by {summary.stopped_by} at step {summary.start_step + summary.steps}; {saved}", err=True)
+        sys.exit(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
+    brief = {k: v for k, v in summary.to_dict().items() if k not in ("losses", "config")}
+    click.echo(json.dumps(brief, indent=1))
+
+
+def _run(cfg: TrainConfig):
+    from loaders import LoaderError
+
+    from .checkpoint import CheckpointError
+    from .loop import main as run
+    from .stream import DataError
+
+    try:
+        return run(cfg)
+    except (CheckpointError, LoaderError, DataError) as e:
+        raise click.ClickException(str(e)) from None
+
+
+def main() -> None:
+    train()

@@ -1,0 +1,77 @@
+"""`TrainConfig`: every knob of one training run, mirrored one to one by the `train` CLI options.
+
+Kept free of torch imports so `train --help` stays instant."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest" asks bench.fastest.choose
+MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny")  # keys of training.model.MODEL_PRESETS (a test checks)
+PRECISIONS = ("bf16", "fp16", "fp32")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+REPRESENTATIONS = ("mel", "wave")
+
+
+def _default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(kw_only=True)
+class TrainConfig:
+    data: Path  # a directory written by `dataprep convert` (has manifest.json)
+    loader: str = "fastest"  # a loaders.BACKENDS name, or "fastest" to let bench pick on this machine
+    model: str | None = None  # a MODEL_PRESETS name; None picks ddpm_cifar10 / ddpm_audio_mel from the manifest kind
+    batch_size: int = 128  # per rank; Ho et al. (2020) trained CIFAR-10 at 128
+    steps: int = 10_000  # total optimizer steps, counted across resumes (the paper ran 800k)
+    lr: float = 2e-4  # the paper's CIFAR-10 learning rate
+    warmup: int = 5000  # linear learning-rate warm-up steps, as in the paper
+    grad_clip: float = 1.0  # global grad-norm clip, as in the paper; 0 disables
+    ema: float = 0.9999  # EMA decay of the sampling weights, as in the paper
+    precision: str = "bf16"  # bf16 autocast needs no loss scaling; fp16 adds a GradScaler; fp32 for reference
+    compile: bool = False  # torch.compile the UNet: faster on GPU after a minute of compiling, pointless on CPU
+    compile_mode: str = "default"  # "reduce-overhead" adds CUDA graphs (pays when launches dominate small batches)
+    channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
+    workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
+    pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
+    augment: bool = True  # random horizontal flip for images, as in the paper
+    representation: str = "mel"  # audio only: log-mel spectrograms (what ddpm_audio_mel expects) or raw waveform
+    out: Path = Path("runs/train")  # RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/
+    resume: bool = False  # continue from RUN_DIR/ckpt.pt; without it an existing checkpoint is an error, never lost
+    profile: bool = False  # write a profiler trace and operator table for `profile_steps` steps after warm-up
+    profile_steps: int = 5  # enough steps for a stable operator ranking, few enough to keep the trace small
+    sample_every: int = 5000  # EMA sample grid every K steps (and at the end); 0 disables
+    sample_count: int = 64  # images in the grid (8x8)
+    sample_steps: int = 50  # DDIM steps for previews: close to ancestral quality at 1/20 of the cost
+    ckpt_every: int = 1000  # checkpoint every K steps and at exit (~1 min of H100 work at risk); 0: never (bench)
+    log_every: int = 100  # log line + metrics.jsonl record every K steps; each one syncs the device once
+    seed: int = 0  # model init, data order (seed, epoch) and noise draws; each rank adds its rank to the noise seed
+    device: str = field(default_factory=_default_device)  # cuda when present; under torchrun cuda:LOCAL_RANK
+    timing_warmup: int = 20  # steps left out of the timing figures: compilation, cuDNN autotune, worker start-up
+    progress: bool = True  # tqdm bar on rank 0; tests turn it off
+
+    def __post_init__(self) -> None:
+        self.data, self.out = Path(self.data), Path(self.out)
+        checks = [
+            (self.loader in LOADER_NAMES, f"loader must be one of {', '.join(LOADER_NAMES)}, not {self.loader!r}"),
+            (self.model is None or self.model in MODEL_NAMES, f"model must be one of {', '.join(MODEL_NAMES)}"),
+            (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}"),
+            (self.compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}"),
+            (self.representation in REPRESENTATIONS, f"representation must be one of {', '.join(REPRESENTATIONS)}"),
+            (self.batch_size > 0 and self.steps > 0, "batch_size and steps must be positive"),
+            (self.lr > 0 and 0 <= self.ema < 1, "lr must be positive and ema in [0, 1)"),
+            (
+                min(self.warmup, self.grad_clip, self.workers, self.sample_every, self.timing_warmup) >= 0,
+                "warmup, grad_clip, workers, sample_every and timing_warmup must be >= 0",
+            ),
+            (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    def to_dict(self) -> dict:
+        return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}

@@ -1,0 +1,59 @@
+"""Data-parallel plumbing: torchrun sets RANK/WORLD_SIZE/LOCAL_RANK, we join the group and merge figures."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0 alone logs, samples and writes checkpoints."""
+        return self.rank == 0
+
+
+def setup(device: str) -> tuple[Dist, str]:
+    """Join the process group when launched by torchrun; return the rank info and this rank's device."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return Dist(), device
+    info = Dist(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
+    if device.startswith("cuda"):
+        device = f"cuda:{info.local_rank}"
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        backend = "nccl" if device.startswith("cuda") else "gloo"  # gloo is the CPU collective backend
+        dist.init_process_group(backend, rank=info.rank, world_size=world_size)
+    return info, device
+
+
+def teardown(info: Dist) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce(values: list[float], info: Dist, device: str, op: str = "sum") -> list[float]:
+    """Reduce a few host floats across ranks (one collective); identity on a single process."""
+    if not info.enabled:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
+    return t.tolist()
+
+
+def any_rank(flag: bool, info: Dist, device: str) -> bool:
+    """True on every rank when it is true on one: ranks must agree to stop at the same step."""
+    return bool(all_reduce([float(flag)], info, device, "max")[0])

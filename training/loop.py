@@ -1,0 +1,226 @@
+"""The DDPM training loop, top to bottom: set-up, model, optimizer, resume, data, then the step loop.
+
+Timing is honest by construction: each step is `fetch (host wait) -> step_begin -> enqueue forward, backward,
+clip, optimizer and EMA without a host sync -> step_end`, and the loss is read one step late, so the host fetches
+the next batch while the device works and a slow loader shows up as idle time between steps, never hidden.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from bench.starvation import StepTimer
+
+from . import ddp
+from .checkpoint import (
+    CKPT_NAME,
+    CheckpointError,
+    StopOnSignal,
+    capture_rng,
+    load_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
+from .config import TrainConfig
+from .metrics import MetricsLog
+from .stream import EpochStream, choose_loader, data_kind, open_loader
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+
+
+@dataclass
+class RunSummary:
+    steps: int  # optimizer steps run by this call (a resumed run counts from its checkpoint)
+    start_step: int  # the checkpoint step it resumed from, 0 for a fresh run
+    samples_per_s: float  # all ranks, measured steps only (after timing_warmup), waiting for data included
+    starvation: dict  # StarvationSummary.to_dict() of rank 0; "starvation_max" adds the worst rank
+    first_batch_s: float  # data-stream start to first batch in hand: loader and worker start-up
+    final_loss: float
+    losses: list[float]  # per step from start_step + 1, rank 0's local loss
+    wall_s: float  # the whole call, set-up included
+    peak_memory_gib: float  # max allocated on the device (0 on CPU)
+    tflops: float  # per device, over the measured steps
+    mfu: float  # tflops / peak_tflops (0 when this device's peak is unknown)
+    peak_tflops: float
+    backend: str
+    param_checksum: float  # sum of every state_dict entry: equal on all ranks when DDP kept them in step
+    stopped_by: str | None  # "SIGTERM"/"SIGINT" when a signal ended the run (after checkpointing)
+    config: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def main(cfg: TrainConfig, loader=None) -> RunSummary:
+    """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
+    info, device = ddp.setup(cfg.device)
+    try:
+        with StopOnSignal() as stop:
+            return _train(cfg, loader, info, device, stop)
+    finally:
+        ddp.teardown(info)
+
+
+def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal) -> RunSummary:
+    from .diffusion import GaussianDiffusion
+    from .model import MODEL_PRESETS, UNet
+    from .profiling import count_train_flops, profile_steps
+
+    t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
+    kind, model_name = data_kind(cfg, injected=loader is not None)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 mode on tensor cores
+    torch.backends.cudnn.benchmark = True  # fixed shapes: autotune the convolutions once
+
+    # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
+    torch.manual_seed(cfg.seed)
+    mcfg = MODEL_PRESETS[model_name]()
+    memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
+    model = UNet(mcfg).to(device, memory_format=memory_format)
+    ema_model = copy.deepcopy(model).requires_grad_(False)
+    diffusion = GaussianDiffusion().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=cuda)  # fused: one kernel for all params
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(cfg.warmup, 1)))
+    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
+    train_dict = cfg.to_dict() | {"model": model_name, "world_size": info.world_size}
+    stateful = {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
+
+    # resume, or refuse to overwrite a run that has a checkpoint
+    ckpt_path, start_step, epoch, position, state = run_dir / CKPT_NAME, 0, 0, 0, None
+    if cfg.resume:
+        state = load_checkpoint(ckpt_path, model_config=asdict(mcfg), train_config=train_dict)
+        for name, obj in stateful.items():
+            obj.load_state_dict(state[name])
+        start_step, epoch, position = state["step"], state["epoch"], state["position"]
+    elif ckpt_path.exists():
+        raise CheckpointError(
+            f"{ckpt_path}: a run is already there; pass --resume to continue it or choose another --out"
+        )
+    else:
+        torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
+
+    net = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
+    if cfg.compile:
+        net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+
+    # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
+    choice = None
+    if loader is None:
+        choice = choose_loader(cfg, model_name, device, info)
+        loader = open_loader(cfg, choice, device, info)
+    backend = choice.backend if choice else type(loader).__name__
+    t_stream = time.perf_counter()
+    stream = EpochStream(loader, epoch, position)
+    if state is not None:
+        stream.start()
+        restore_rng(state["rng"][info.rank])
+
+    log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
+    timer = StepTimer(device)
+    autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
+    params, ema_params = list(model.parameters()), list(ema_model.parameters())
+    losses: list[float] = []
+    pending: list[torch.Tensor] = []  # losses not yet read: at most the step the device is working on
+    step, first_batch_s, flops, stopping, sample_shape = start_step, None, None, False, []
+
+    def train_step(x: torch.Tensor) -> torch.Tensor:
+        if cfg.compile and cfg.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        with autocast:
+            loss = diffusion.loss(net, x).float()
+        scaler.scale(loss).backward()
+        if cfg.grad_clip > 0:
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, foreach=True)
+        scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step()
+        # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
+        decay = min(cfg.ema, (1 + step) / (10 + step))
+        torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+        return loss.detach()
+
+    def count_flops(x: torch.Tensor) -> float:
+        # its forward/backward must leave no trace: same RNG afterwards (resume equality) and no stray gradients
+        with torch.random.fork_rng(devices=[torch.device(device)] if cuda else []):
+            flops = count_train_flops(model, diffusion, x)
+        model.zero_grad(set_to_none=True)
+        return flops
+
+    def drain() -> None:
+        while pending:
+            losses.append(pending.pop(0).item())
+
+    def one_step() -> None:
+        nonlocal step, first_batch_s, flops, stopping
+        batch = timer.fetch(stream)
+        if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
+            first_batch_s = time.perf_counter() - t_stream
+            flops = count_flops(batch.x)
+            sample_shape[:] = [cfg.sample_count, *batch.x.shape[1:]]
+        timer.step_begin()
+        loss = train_step(batch.x)
+        timer.step_end()
+        step += 1
+        drain()  # the previous step's loss; the device is still busy with this one
+        pending.append(loss)
+        log.step(step, losses[-1] if losses else float("nan"), timer)
+        at_log = step % cfg.log_every == 0 or step == cfg.steps
+        if at_log:
+            drain()
+            log.window(step, losses[-1], timer, flops)
+        if cfg.sample_every and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main:
+            log.samples(ema_model, diffusion, tuple(sample_shape), kind, step)
+        # ranks must stop at the same step; they agree at log steps only, as agreeing costs a device sync
+        if not info.enabled or at_log:
+            stopping = ddp.any_rank(stop.received is not None, info, device)
+        if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps or stopping):
+            drain()
+            _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
+
+    # the loop
+    # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures
+    profile_at = start_step + max(
+        1, min(cfg.timing_warmup - cfg.profile_steps, cfg.steps - start_step - cfg.profile_steps)
+    )
+    while step < cfg.steps and not stopping:
+        if cfg.profile and step == profile_at:
+            out = run_dir / "profile" / (f"rank{info.rank}" if info.enabled else "")
+            profile_steps(one_step, min(cfg.profile_steps, cfg.steps - step), out)
+        else:
+            one_step()
+    drain()
+    log.close()
+    figures = log.final(timer, flops)
+    return RunSummary(
+        steps=step - start_step,
+        start_step=start_step,
+        first_batch_s=first_batch_s or 0.0,
+        final_loss=losses[-1] if losses else float("nan"),
+        losses=losses,
+        wall_s=time.perf_counter() - t_start,
+        backend=backend,
+        param_checksum=sum(v.double().sum().item() for v in model.state_dict().values()),
+        stopped_by=stop.received,
+        config=train_dict,
+        **figures,
+    )
+
+
+def _save(
+    path, stateful: dict, step: int, stream: EpochStream, model_config: dict, train_config: dict, info: ddp.Dist
+) -> None:
+    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise."""
+    rng = [capture_rng()]
+    if info.enabled:
+        rng = [None] * info.world_size
+        torch.distributed.all_gather_object(rng, capture_rng())
+    if not info.main:
+        return
+    state = {name: obj.state_dict() for name, obj in stateful.items()}
+    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng}
+    save_checkpoint(path, state | {"model_config": model_config, "train_config": train_config})
