@@ -32,7 +32,11 @@ demo: setup
 	$(VENV)/bin/dataprep info $(DEMO)/audio
 	$(PY) -m bench.loader_speed --data $(DEMO)/images --workers 2 --batch-size 128 --device $(DEVICE) \
 		--out $(DEMO)/loader_speed.json
-	@echo "demo done: datasets in $(DEMO)/images and $(DEMO)/audio, loader speeds in $(DEMO)/loader_speed.json"
+	rm -rf $(DEMO)/train
+	$(VENV)/bin/train --data $(DEMO)/images --loader gpu --model tiny --batch-size 64 --steps 40 --warmup 5 \
+		--precision fp32 --sample-every 40 --log-every 10 --device $(DEVICE) --no-progress --out $(DEMO)/train
+	@echo "demo done: datasets in $(DEMO)/images and $(DEMO)/audio, loader speeds in $(DEMO)/loader_speed.json,"
+	@echo "a short training run with its metrics and sample grid in $(DEMO)/train"
 
 test: setup
 	$(PY) -m pytest -q
