@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import TypeVar
 
 T = TypeVar("T")
+# the newest StepTimer, held strongly: bench reads the training loop's own timer after training.loop.main returns
+_latest: list = [None]
 
 
 @dataclass
@@ -60,6 +62,7 @@ class StepTimer:
         self._end_wall: list[float] = []
         self._begin: list = []
         self._end: list = []
+        _latest[0] = self
 
     def fetch(self, it: Iterator[T]) -> T:
         """next(it), timing how long the host is blocked. Raises StopIteration like next()."""
@@ -83,9 +86,15 @@ class StepTimer:
             ev.record()
             self._end.append(ev)
 
-    def summary(self, skip: int = 0) -> StarvationSummary:
-        """Figures over steps [skip, n). Synchronizes the device once."""
-        n = len(self.wall)
+    def window(self, skip: int = 0, stop: int | None = None) -> tuple[float, float]:
+        """Host clock (perf_counter) from the fetch of step `skip` to the end of step `stop - 1`: the span to which
+        other host measurements (CPU time of the process tree) are matched."""
+        n = len(self.wall) if stop is None else stop
+        return self._fetch_t0[skip], self._end_wall[n - 1]
+
+    def summary(self, skip: int = 0, stop: int | None = None) -> StarvationSummary:
+        """Figures over steps [skip, stop) (stop defaults to every step recorded). Synchronizes the device once."""
+        n = len(self.wall) if stop is None else min(stop, len(self.wall))
         if n - skip < 2:
             raise ValueError(f"need at least 2 measured steps after skipping {skip}, have {n}")
         if self.cuda:
@@ -111,3 +120,8 @@ class StepTimer:
             wait_max_ms=1e3 * max(waits),
             source=source,
         )
+
+
+def latest_timer() -> StepTimer | None:
+    """The most recently created StepTimer, e.g. the one training.loop.main just used."""
+    return _latest[0]

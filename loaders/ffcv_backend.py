@@ -34,9 +34,10 @@ class FfcvLoader(Loader):
         return {"audio": [NDArrayDecoder(), ToTensor(), *to_dev], "label": label, "length": None}
 
     def __iter__(self) -> Iterator[Batch]:
-        from dataprep.formats.ffcv import FILENAME
         from ffcv.loader import Loader as FfLoader
         from ffcv.loader import OrderOption
+
+        from dataprep.formats.ffcv import FILENAME
 
         o = self.opts
         # SEQUENTIAL traversal returns the indices we give it as they are: our shuffled shard order, exactly

@@ -56,12 +56,8 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     picked = [None]
     if info.main:
-        try:
-            from bench.fastest import choose
-        except ImportError as e:
-            raise DataError(
-                f"--loader fastest needs bench.fastest ({e}); name a backend with --loader instead"
-            ) from None
+        from bench.fastest import choose
+
         c = choose(cfg.data, device=device, model=model, batch_size=cfg.batch_size)
         picked = [LoaderChoice(c.backend, c.workers, c.pin_memory, c.reason)]
     if info.enabled:

@@ -1,0 +1,156 @@
+"""`bench`: is the GPU waiting for data, and what fixes it? `bench loaders` runs the grid, `bench report` draws it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from .job import BACKEND_NAMES, MODEL_CHOICES
+
+PINS = {"on": True, "off": False}
+
+
+def _split(value: str, param: str, example: str) -> list[str]:
+    items = [v.strip() for v in str(value).split(",")]
+    if not items or any(not v for v in items):
+        raise click.BadParameter(f"{value!r}: expected a comma-separated list, e.g. {example}", param_hint=param)
+    return items
+
+
+def _ints(value: str, param: str, example: str, minimum: int) -> tuple[int, ...]:
+    items = _split(value, param, example)
+    try:
+        out = tuple(int(v) for v in items)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: expected whole numbers, e.g. {example}", param_hint=param) from None
+    if min(out) < minimum:
+        raise click.BadParameter(f"{value!r}: every value must be >= {minimum}, e.g. {example}", param_hint=param)
+    return tuple(dict.fromkeys(out))
+
+
+def parse_backends(value: str) -> tuple[str, ...]:
+    items = _split(value, "--backends", "torch,hdf5,gpu")
+    bad = [b for b in items if b not in BACKEND_NAMES]
+    if bad:
+        raise click.BadParameter(
+            f"unknown backend {', '.join(map(repr, bad))}; valid: {', '.join(BACKEND_NAMES)}", param_hint="--backends"
+        )
+    return tuple(dict.fromkeys(items))
+
+
+def parse_pins(value: str) -> tuple[bool, ...]:
+    items = _split(value, "--pin-memory", "on,off")
+    bad = [p for p in items if p not in PINS]
+    if bad:
+        raise click.BadParameter(f"{', '.join(map(repr, bad))}: use on, off or on,off", param_hint="--pin-memory")
+    return tuple(dict.fromkeys(PINS[p] for p in items))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+def cli() -> None:
+    """Measure GPU starvation per loader configuration in the real training loop, and report it."""
+
+
+@cli.command()
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory written by `dataprep convert`.",
+)
+@click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends.")
+@click.option("--workers", default="0,4,8", help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali).")
+@click.option("--pin-memory", "pins", default="on,off", help="on, off or on,off (CUDA only; torch and hdf5).")
+@click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
+@click.option(
+    "--model",
+    type=click.Choice(MODEL_CHOICES),
+    default="none",
+    help="none: the loader alone (its ceiling); else this preset in the real training loop.",
+)
+@click.option("--steps", type=click.IntRange(min=2), default=200, help="Measured steps per configuration.")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps run first and left out.")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
+@click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin each run to N cores [default: all].")
+@click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
+@click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events.")
+@click.option("--resume", is_flag=True, help="Skip configurations whose JSON is already in --out.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks].",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def loaders(data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, **options) -> None:
+    """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots."""
+    from .fastest import default_results_dir
+    from .grid import GridConfig, run_grid
+    from .report import write_report
+
+    if not (data / "manifest.json").is_file():
+        raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
+    device = _device(device)
+    allowed = len(os.sched_getaffinity(0))
+    if cpus and cpus > allowed:
+        raise click.BadParameter(
+            f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer", param_hint="--cpus"
+        )
+    if options["crosscheck"] and not device.startswith("cuda"):
+        raise click.BadParameter(
+            "the profiler cross-check needs GPU kernels; use --device cuda", param_hint="--crosscheck"
+        )
+    cfg = GridConfig(
+        data=data,
+        out=out or default_results_dir(data),
+        backends=parse_backends(backends),
+        workers=_ints(workers, "--workers", "0,4,8", 0),
+        pin_memory=parse_pins(pins),
+        batch_sizes=_ints(batch_sizes, "--batch-size", "128,512", 1),
+        device=device,
+        cpus=cpus,
+        progress=not no_progress,
+        **options,
+    )
+    try:
+        outcome = run_grid(cfg, echo=click.echo)
+    except KeyboardInterrupt as e:
+        click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
+        raise SystemExit(130) from None
+    click.echo(
+        f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed; report: {write_report(cfg.out)}"
+    )
+    if outcome.failed:
+        raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+
+
+def _device(device: str | None) -> str:
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.split(":")[0] not in ("cuda", "cpu"):
+        raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
+    return device
+
+
+@cli.command()
+@click.argument("results_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def report(results_dir: Path) -> None:
+    """Write results.md, results.csv and plot-*.png in RESULTS_DIR from its bench JSONs."""
+    from .report import write_report
+
+    try:
+        click.echo(f"wrote {write_report(results_dir)}")
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def main() -> None:
+    cli()

@@ -1,0 +1,164 @@
+"""`bench loaders`: expand the grid, then run each configuration in a fresh process, one after the other.
+
+A fresh process per configuration means no configuration inherits another's warm page cache in its own address
+space, leftover worker processes, allocator state or pinned-memory pool. Each child is its own process group, so
+Ctrl-C reaches only this parent, which stops the running child (and its workers) and keeps every finished JSON;
+rerunning with `resume` skips them. torch.compile's warm-up is paid once per grid, not per configuration: the
+children share a persistent inductor cache (TORCHINDUCTOR_CACHE_DIR, FX graph and AOT autograd caches)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .job import BACKEND_NAMES, Job, estimate_s, expand
+
+
+@dataclass(kw_only=True)
+class GridConfig:
+    data: Path  # a `dataprep convert` directory
+    out: Path  # results: one JSON per configuration, results.csv, plots
+    backends: tuple[str, ...] = BACKEND_NAMES
+    workers: tuple[int, ...] = (0, 4, 8)  # none, a few, a core-hungry amount
+    pin_memory: tuple[bool, ...] = (True, False)
+    batch_sizes: tuple[int, ...] = (128,)  # DDPM's CIFAR-10 batch
+    model: str = "none"  # none: the loader alone; else a training.model preset in the real training loop
+    steps: int = 200  # measured steps: 10-30 s per configuration on the H100 for ddpm_cifar10
+    warmup: int = 20  # left out: worker start-up, compilation, cuDNN autotuning, page cache
+    device: str = "cuda"
+    cpus: int | None = None  # cores per run, as on a node with fewer cores per GPU; None: all allowed
+    compile: bool = False  # torch.compile the model (cache shared by the grid)
+    precision: str = "bf16"  # the training loop's default
+    repeats: int = 1  # >= 2 on the GPU for a run-to-run range
+    crosscheck: bool = False  # add one profiled run per configuration: trace-derived starvation (GPU only)
+    resume: bool = False  # skip configurations whose JSON already exists in `out`
+    progress: bool = True
+    command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
+
+    def jobs(self, grid_id: str = "") -> list[Job]:
+        return expand(
+            data=self.data,
+            backends=self.backends,
+            workers=self.workers,
+            pin_memory=self.pin_memory,
+            batch_sizes=self.batch_sizes,
+            model=self.model,
+            steps=self.steps,
+            warmup=self.warmup,
+            device=self.device,
+            cpus=self.cpus,
+            compile=self.compile,
+            repeats=self.repeats,
+            crosscheck=self.crosscheck,
+            grid_id=grid_id,
+            precision=self.precision,
+        )
+
+
+@dataclass
+class GridOutcome:
+    done: list[Path]  # JSONs of configurations that finished (this run or, with resume, before)
+    failed: list[str]  # names of configurations whose run failed (their JSON holds the error)
+    interrupted: bool
+
+
+def child_env(cfg: GridConfig) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str((cfg.out / ".inductor-cache").resolve()))  # a user's own wins
+    env |= {
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE": "1",
+        "GPUFEED_BENCH_COMMAND": cfg.command,
+        "PYTHONUNBUFFERED": "1",
+    }
+    return env
+
+
+def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) -> bool:
+    """Run one configuration in a fresh process group; True when its JSON holds figures."""
+    cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        _write_error(path, job, f"timed out after {timeout_s:.0f} s")
+    except BaseException:  # Ctrl-C: stop the child and its workers, leave no partial JSON behind
+        _kill_group(proc)
+        raise
+    if not path.exists():
+        _write_error(path, job, f"the run exited with status {proc.returncode} and wrote nothing; see grid.log")
+    return "error" not in json.loads(path.read_text())
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _write_error(path: Path, job: Job, message: str) -> None:
+    from .run_one import write_json_atomic
+
+    write_json_atomic(path, {"name": job.name, "job": job.to_dict(), "error": message})
+
+
+def finished(path: Path, job: Job) -> bool:
+    """A result of exactly this job (any grid) with figures: what --resume may skip."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    same = {**rec.get("job", {}), "grid_id": ""} == {**job.to_dict(), "grid_id": ""}
+    return same and "figures" in rec
+
+
+def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
+    """Run every configuration, print the estimate first, finalize (data-free ratios, verdicts, CSV) at the end,
+    also after Ctrl-C, which is re-raised as KeyboardInterrupt once the finished results are safe."""
+    from tqdm import tqdm
+
+    from .results import finalize
+
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    grid_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    jobs = cfg.jobs(grid_id)
+    todo = [j for j in jobs if not (cfg.resume and finished(cfg.out / f"{j.name}.json", j))]
+    echo(
+        f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
+        f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
+    )
+    env, outcome = child_env(cfg), GridOutcome([], [], False)
+    outcome.done = [cfg.out / f"{j.name}.json" for j in jobs if j not in todo]
+    bar = tqdm(todo, desc="bench", unit="config", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
+    try:
+        with open(cfg.out / "grid.log", "ab") as log:
+            for job in bar:
+                bar.set_postfix_str(job.name, refresh=True)
+                log.write(f"\n=== {time.strftime('%H:%M:%S')} {job.name}\n".encode())
+                log.flush()
+                path = cfg.out / f"{job.name}.json"
+                ok = run_job(job, path, env, max(600.0, 10 * estimate_s([job])), log)
+                (outcome.done if ok else outcome.failed).append(path if ok else job.name)
+    except KeyboardInterrupt:
+        outcome.interrupted = True
+    finally:
+        bar.close()
+        finalize(cfg.out)
+    if outcome.interrupted:
+        raise KeyboardInterrupt(f"{len(outcome.done)} finished configurations kept in {cfg.out}")
+    return outcome

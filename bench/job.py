@@ -1,0 +1,142 @@
+"""One bench configuration (`Job`), the grid's expansion into jobs, and a rough estimate of how long they take.
+
+Knobs a backend ignores are collapsed, not run again: `gpu` has no workers and no host copies; FFCV and DALI manage
+their own page-locked buffers and run at least one thread; nothing is pinned for a CPU device. A collapsed knob is
+recorded as None ("n/a" in tables). Kept free of torch imports: the CLI expands and estimates before anything runs."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu")  # loaders.BACKENDS keys (a test checks they match)
+MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel")  # none: the loader alone, its ceiling
+USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False}
+USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False}
+MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
+
+
+@dataclass(kw_only=True)
+class Job:
+    kind: str  # "loader": a backend feeding the model (or `none`); "data_free": the model on a resident batch
+    data: str  # the prepared directory
+    backend: str | None  # None for data_free
+    workers: int | None  # None where the backend has no such knob
+    pin_memory: bool | None  # None where the knob does not apply
+    batch_size: int
+    model: str  # a MODEL_CHOICES name
+    steps: int  # measured steps
+    warmup: int  # steps run first and left out of every figure
+    device: str
+    cpus: int | None  # pin the process tree to this many cores; None: every core allowed
+    compile: bool
+    precision: str = "bf16"  # what the findings use: bf16 autocast, as the training loop defaults to
+    repeat: int = 0
+    crosscheck: bool = False  # profile the measured steps too and compare (GPU only; slows those steps)
+    grid_id: str = ""  # when the grid started: `fastest` reads the latest grid's results
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        """File stem: unique within one results directory for a given model, batch size and CPU budget."""
+        cpus = f"cpus{self.cpus}" if self.cpus else "cpusall"
+        tail = f"bs{self.batch_size}-{self.model}-{cpus}-{self.precision}{'-compiled' if self.compile else ''}"
+        if self.kind == "data_free":
+            return f"datafree-{tail}-r{self.repeat}"
+        w = "na" if self.workers is None else self.workers
+        pin = {None: "na", True: "on", False: "off"}[self.pin_memory]
+        return f"{self.backend}-w{w}-pin{pin}-{tail}-r{self.repeat}{'-xcheck' if self.crosscheck else ''}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Job:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def collapse(backend: str, workers: int, pin: bool, device: str) -> tuple[int | None, bool | None]:
+    """The knob values this backend actually uses on this device."""
+    w = max(workers, MIN_WORKERS.get(backend, 0)) if USES_WORKERS[backend] else None
+    p = pin if USES_PIN[backend] and device.startswith("cuda") else None
+    return w, p
+
+
+def expand(
+    *,
+    data: Path,
+    backends,
+    workers,
+    pin_memory,
+    batch_sizes,
+    model: str,
+    steps: int,
+    warmup: int,
+    device: str,
+    cpus: int | None,
+    compile: bool,
+    repeats: int,
+    crosscheck: bool = False,
+    grid_id: str = "",
+    precision="bf16",
+) -> list[Job]:
+    """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
+    complete grid at fewer repeats rather than some configurations without any)."""
+    common = dict(
+        data=str(data),
+        model=model,
+        steps=steps,
+        warmup=warmup,
+        device=device,
+        cpus=cpus,
+        compile=compile,
+        grid_id=grid_id,
+        precision=precision,
+    )
+    jobs: list[Job] = []
+    for r in range(repeats):
+        seen = set()
+        for bs in batch_sizes:
+            if model != "none":
+                jobs.append(
+                    Job(
+                        kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r, **common
+                    )
+                )
+            for b, w, p in itertools.product(backends, workers, pin_memory):
+                key = (b, *collapse(b, w, p, device), bs)
+                if key in seen:
+                    continue
+                seen.add(key)
+                jobs.append(
+                    Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], batch_size=bs, repeat=r, **common)
+                )
+    if crosscheck and device.startswith("cuda"):  # one profiled copy of each configuration, after the timed ones
+        jobs += [Job.from_dict(j.to_dict() | {"crosscheck": True}) for j in jobs if j.repeat == 0 and j.backend]
+    return jobs
+
+
+# Rough costs from the H100 runs in bench/results (train_speed.json, loader_speed_*.json): a first estimate only,
+# the progress bar's rate takes over once configurations finish.
+START_S = 8.0  # a fresh interpreter importing torch, the loader and the model, building the loader
+COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0}  # warm inductor cache: a guess
+COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 90.0, "ddpm_audio_mel": 120.0}  # the first job pays it
+GPU_IMG_S = {"none": 1e7, "tiny": 60_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 450.0}  # eager bf16
+CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5}
+LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7}  # per worker
+
+
+def estimate_s(jobs: list[Job]) -> float:
+    """Seconds the jobs should take, assuming the loader and the model do not overlap (pessimistic)."""
+    total, compiled = 0.0, set()
+    for j in jobs:
+        n = (j.steps + j.warmup) * j.batch_size
+        model_rate = (GPU_IMG_S if j.device.startswith("cuda") else CPU_IMG_S)[j.model] * (1.5 if j.compile else 1)
+        loader_rate = LOADER_IMG_S[j.backend] * max(1, j.workers or 1) if j.backend else 1e9
+        total += START_S + n / min(model_rate, loader_rate)
+        if j.compile:
+            total += COMPILE_S[j.model] if j.model in compiled else COLD_COMPILE_S[j.model]
+            compiled.add(j.model)
+    return total

@@ -1,0 +1,211 @@
+"""`bench report DIR`: results.md (tables with median and range over repeats, best configuration per backend,
+the profiler cross-check) and one PNG per scenario (model, batch size, device, CPU budget): throughput, starvation
+and CPU cost per 1,000 samples against workers, one colour per backend, pin_memory on solid and off dashed."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from .results import SCENARIO, finalize, flat, load_records
+
+STYLE = {True: "-", False: "--", None: "-"}  # pin_memory on / off / not a knob of this backend
+COLORS = {"torch": "tab:red", "hdf5": "tab:blue", "ffcv": "tab:green", "dali": "tab:purple", "gpu": "tab:orange"}
+
+
+def scenario_title(g: dict) -> str:
+    cpus = f"{g['cpus']} cores" if g["cpus"] else "all cores"
+    compiled = ", compiled" if g["compile"] else ""
+    return f"{g['model']}, batch {g['batch_size']}, {g['device']}, {cpus}, {g['precision']}{compiled}"
+
+
+def scenario_slug(g: dict) -> str:
+    return f"{g['model']}-bs{g['batch_size']}-{g['device']}-cpus{g['cpus'] or 'all'}-{g['precision']}" + (
+        "-compiled" if g["compile"] else ""
+    )
+
+
+def best_per_backend(groups: list[dict]) -> list[dict]:
+    """Each backend's fastest configuration; within 2% of it, the one using fewer CPU cores."""
+    by = defaultdict(list)
+    for g in groups:
+        by[g["backend"]].append(g)
+    out = []
+    for runs in by.values():
+        top = max(r["samples_per_s"] for r in runs)
+        close = [r for r in runs if r["samples_per_s"] >= 0.98 * top]
+        out.append(min(close, key=lambda r: (r["cpu_cores"] or 0.0, -r["samples_per_s"])))
+    return sorted(out, key=lambda r: -r["samples_per_s"])
+
+
+def _fmt(v, spec: str = ",.0f", none: str = "–") -> str:
+    return none if v is None else format(v, spec)
+
+
+def _row(g: dict) -> str:
+    rate = f"{_fmt(g['samples_per_s'])} ({_fmt(g['samples_per_s_min'])}–{_fmt(g['samples_per_s_max'])})"
+    pin = {None: "n/a", True: "on", False: "off"}[g["pin_memory"]]
+    cells = [
+        g["backend"],
+        _fmt(g["workers"], "d", "n/a"),
+        pin,
+        rate,
+        _fmt(g["vs_data_free"], ".1%"),
+        _fmt(g["starvation"], ".1%"),
+        _fmt(g["wait_p95_ms"], ".1f"),
+        _fmt(g["first_batch_s"], ".2f"),
+        _fmt(g["cpu_cores"], ".1f"),
+        _fmt(g["cpu_s_per_1k_samples"], ".2f"),
+        _fmt(g["peak_mem_mib"], ",.0f"),
+        _fmt(g["nvml_gpu_util_pct"], ".0f"),
+        _fmt(g["nvml_power_w"], ".0f"),
+        str(g["repeats"]),
+        g["verdict"],
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = (
+    "| backend | workers | pin | samples/s median (range) | of data-free | starvation | wait p95 ms | first batch s "
+    "| CPU cores | CPU s / 1k samples | peak mem MiB | GPU util % | power W | runs | verdict |\n"
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+)
+
+
+def write_report(results_dir: Path) -> Path:
+    """Write results.md, results.csv and the plots; return the Markdown file."""
+    results_dir = Path(results_dir)
+    groups = finalize(results_dir)
+    records = load_records(results_dir)
+    if not groups:
+        raise ValueError(f"{results_dir}: no finished bench results (*.json from `bench loaders`) to report")
+    rows = [flat(r) for r in records]
+    lines = ["# Loader bench results", "", *_provenance(records), ""]
+    scenarios = defaultdict(list)
+    for g in groups:
+        scenarios[tuple(g[k] for k in SCENARIO)].append(g)
+    for key, gs in scenarios.items():
+        free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and tuple(r[k] for k in SCENARIO) == key]
+        png = plot_scenario(gs, free, results_dir / f"plot-{scenario_slug(gs[0])}.png")
+        lines += [f"## {scenario_title(gs[0])}", ""]
+        if free:
+            rates = sorted(r["samples_per_s"] for r in free)
+            lines += [
+                f"Data-free rate (the model on a batch already on the device): median {_fmt(rates[len(rates) // 2])}"
+                f" samples/s, range {_fmt(min(rates))}–{_fmt(max(rates))} over {len(rates)} runs.",
+                "",
+            ]
+        lines += [HEADER, *[_row(g) for g in gs], "", "Best configuration per backend:", "", HEADER]
+        lines += [*[_row(g) for g in best_per_backend(gs)], "", f"![{scenario_title(gs[0])}]({png.name})", ""]
+    lines += _crosscheck_section(rows)
+    failed = [r for r in rows if r["error"]]
+    if failed:
+        lines += ["## Failed runs", "", *[f"- `{r['name']}`: {r['error']}" for r in failed], ""]
+    md = results_dir / "results.md"
+    tmp = md.with_name(f".results.md.tmp-{os.getpid()}")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, md)
+    return md
+
+
+def _provenance(records: list[dict]) -> list[str]:
+    runs = [r["run"] for r in records if "run" in r]
+    if not runs:
+        return []
+    hw, v = runs[-1]["hardware"], runs[-1]["versions"]
+    machine = f"{hw.get('gpu', 'no GPU')}, {hw['cpu']} ({hw['cpus_total']} cores)"
+    versions = ", ".join(f"{k} {val}" for k, val in v.items())
+    commands = sorted({r["command"] for r in runs})
+    data = sorted(
+        {
+            f"{r['data']['path']} ({r['data']['count']} {r['data']['kind']} samples, digest {r['data']['digest'][:12]})"
+            for r in records
+            if "data" in r
+        }
+    )
+    return [
+        f"Machine: {machine}. Versions: {versions}. Commit: `{runs[-1]['commit']}`.",
+        "",
+        "Data: " + "; ".join(data) + ".",
+        "",
+        "Commands:",
+        "",
+        *[f"    {c}" for c in commands],
+        "",
+        "Starvation: share of the measured steps' wall time the device sat idle waiting for input (CUDA events "
+        "between steps on GPU; host time blocked on the next batch on CPU). CPU cores: CPU time of the whole "
+        "process tree over the measured steps / their wall time.",
+    ]
+
+
+def _crosscheck_section(rows: list[dict]) -> list[str]:
+    checked = [r for r in rows if r.get("trace_starvation") is not None]
+    if not checked:
+        return []
+    out = [
+        "## Cross-check: starvation from CUDA events vs from a profiler trace of the same steps",
+        "",
+        "| run | CUDA events | profiler trace | difference (pp) | within 3 pp | NVML idle (all gaps) |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
+    for r in checked:
+        events = r["trace_starvation"] - r["trace_minus_events_pp"] / 100
+        nvml = _fmt(1 - r["nvml_gpu_util_pct"] / 100 if r.get("nvml_gpu_util_pct") is not None else None, ".1%")
+        ok = "yes" if abs(r["trace_minus_events_pp"]) <= 3 else "**no**"
+        out.append(
+            f"| `{r['name']}` | {events:.1%} | {r['trace_starvation']:.1%} | "
+            f"{r['trace_minus_events_pp']:+.2f} | {ok} | {nvml} |"
+        )
+    return out + [""]
+
+
+def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
+    """Three panels against workers: samples/s (with the data-free rate), starvation %, CPU s per 1k samples."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
+    xs = sorted({g["workers"] for g in groups if g["workers"] is not None}) or [0]
+    panels = [
+        ("samples_per_s", "samples/s (median of repeats)", "Throughput", 1.0),
+        ("starvation", "GPU idle waiting for input (%)", "Starvation", 100.0),
+        ("cpu_s_per_1k_samples", "CPU core-seconds per 1,000 samples", "CPU cost", 1.0),
+    ]
+    lines = defaultdict(list)
+    for g in groups:
+        lines[(g["backend"], g["pin_memory"])].append(g)
+    for ax, (key, ylabel, title, scale) in zip(axes, panels):
+        for (backend, pin), gs in sorted(lines.items(), key=lambda kv: str(kv[0])):
+            gs = sorted(gs, key=lambda g: g["workers"] or 0)
+            label = backend + ("" if pin is None else f", pin {'on' if pin else 'off'}")
+            wx = [g["workers"] for g in gs] if gs[0]["workers"] is not None else [min(xs), max(xs)]
+            ys = (
+                [(g[key] or 0.0) * scale for g in gs]
+                if gs[0]["workers"] is not None
+                else [(gs[0][key] or 0) * scale] * 2
+            )
+            ax.plot(
+                wx,
+                ys,
+                STYLE[pin],
+                marker="o" if gs[0]["workers"] is not None else None,
+                color=COLORS.get(backend, "gray"),
+                label=label + ("" if gs[0]["workers"] is not None else " (no workers)"),
+            )
+        ax.set(xlabel="workers (processes or threads)", ylabel=ylabel, title=title, xticks=xs)
+        ax.grid(alpha=0.3)
+    if free:
+        rate = sorted(r["samples_per_s"] for r in free)[len(free) // 2]
+        axes[0].axhline(rate, color="black", linestyle=":", label=f"data-free rate ({rate:,.0f}/s)")
+    for level in (5, 20):
+        axes[1].axhline(level, color="gray", linestyle=":", linewidth=1)
+    axes[0].set_yscale("log")
+    axes[0].legend(fontsize=8, loc="best")
+    fig.suptitle(scenario_title(groups[0]) + "  (pin_memory: on solid, off dashed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,209 @@
+"""Reading a results directory: the per-run JSONs, grouped into configurations (median and range over repeats),
+each loader run set against the data-free rate of its model and batch size, and a verdict in words.
+
+Input-bound thresholds follow TensorFlow's input-pipeline analyzer: above 5% of the time waiting for input a step
+is input-bound, above 20% highly so. Profiled cross-check runs are kept out of the headline figures (the profiler
+slows the host) and reported on their own."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+INPUT_BOUND, HIGHLY = 0.05, 0.20
+NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
+SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile")
+KNOBS = ("backend", "workers", "pin_memory")
+CSV_COLUMNS = [
+    "name",
+    "grid_id",
+    "kind",
+    "backend",
+    "workers",
+    "pin_memory",
+    "batch_size",
+    "model",
+    "cpus",
+    "device",
+    "compile",
+    "precision",
+    "repeat",
+    "crosscheck",
+    "samples_per_s",
+    "data_free_rate",
+    "vs_data_free",
+    "starvation",
+    "starvation_source",
+    "wait_median_ms",
+    "wait_p95_ms",
+    "wait_max_ms",
+    "first_batch_s",
+    "cpu_cores",
+    "cpu_s_per_1k_samples",
+    "peak_mem_mib",
+    "torch_peak_memory_mib",
+    "nvml_gpu_util_pct",
+    "nvml_power_w",
+    "nvml_gpu_mem_mib",
+    "trace_starvation",
+    "trace_minus_events_pp",
+    "verdict",
+    "error",
+]
+
+
+def load_records(results_dir: Path) -> list[dict]:
+    """Every run record in the directory (files that are not bench records are ignored)."""
+    out = []
+    for path in sorted(Path(results_dir).glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(rec, dict) and "job" in rec:
+            rec["_path"] = str(path)
+            out.append(rec)
+    return out
+
+
+def flat(rec: dict) -> dict:
+    """One CSV row: the job's knobs and the figures, flattened."""
+    j, f = rec["job"], rec.get("figures", {})
+    row = {k: j.get(k) for k in CSV_COLUMNS if k in j} | {"name": rec["name"], "error": rec.get("error", "")}
+    row["device"] = str(j["device"]).split(":")[0]
+    row["digest"] = rec.get("data", {}).get("digest", "")
+    row |= {k: f.get(k) for k in CSV_COLUMNS if k in f and not isinstance(f.get(k), dict)}
+    if isinstance(f.get("starvation"), dict):
+        s = f["starvation"]
+        row |= {
+            "starvation": s["starvation"],
+            "starvation_source": s["source"],
+            "wait_median_ms": s["wait_median_ms"],
+            "wait_p95_ms": s["wait_p95_ms"],
+            "wait_max_ms": s["wait_max_ms"],
+        }
+    if "starvation" in f.get("crosscheck", {}):
+        row |= {
+            "trace_starvation": f["crosscheck"]["starvation"],
+            "trace_minus_events_pp": f["crosscheck"]["difference_pp"],
+        }
+    row |= {k: rec.get(k) for k in ("data_free_rate", "vs_data_free", "verdict") if k in rec}
+    return row
+
+
+def group(rows: list[dict]) -> list[dict]:
+    """One row per configuration (loader runs, no cross-check copies): medians, with min/max of the rate."""
+    by = defaultdict(list)
+    for r in rows:
+        if r["kind"] == "loader" and not r.get("crosscheck") and not r["error"]:
+            by[tuple(r[k] for k in SCENARIO + KNOBS)].append(r)
+    out = []
+    for runs in by.values():
+        g = {k: runs[0][k] for k in SCENARIO + KNOBS} | {"repeats": len(runs), "names": [r["name"] for r in runs]}
+        for k in (
+            "samples_per_s",
+            "starvation",
+            "wait_median_ms",
+            "wait_p95_ms",
+            "wait_max_ms",
+            "first_batch_s",
+            "cpu_cores",
+            "cpu_s_per_1k_samples",
+            "peak_mem_mib",
+            "nvml_gpu_util_pct",
+            "nvml_power_w",
+            "data_free_rate",
+            "vs_data_free",
+        ):
+            vals = [r[k] for r in runs if r.get(k) is not None]
+            g[k] = statistics.median(vals) if vals else None
+        rates = [r["samples_per_s"] for r in runs]
+        g["samples_per_s_min"], g["samples_per_s_max"] = min(rates), max(rates)
+        g["grid_id"] = max(r.get("grid_id") or "" for r in runs)
+        out.append(g)
+    for g in out:
+        g["verdict"] = verdict(g, [o for o in out if all(o[k] == g[k] for k in SCENARIO)])
+    return sorted(out, key=lambda g: tuple(str(g[k]) for k in SCENARIO + KNOBS))
+
+
+def _label(g: dict) -> str:
+    w = "" if g["workers"] is None else f", {g['workers']} workers"
+    pin = "" if g["pin_memory"] is None else f", pin_memory {'on' if g['pin_memory'] else 'off'}"
+    return f"{g['backend']}{w}{pin}"
+
+
+def best_change(g: dict, peers: list[dict]) -> tuple[str, float] | None:
+    """The single knob change (backend, workers or pin_memory) that raised the rate most, and by how much."""
+    best = None
+    for knob in KNOBS:
+        same_rest = [p for p in peers if p[knob] != g[knob] and all(p[k] == g[k] for k in KNOBS if k != knob)]
+        if knob == "backend":  # other backends have other knobs: compare with their best configuration
+            same_rest = [p for p in peers if p["backend"] != g["backend"]]
+        for p in same_rest:
+            gain = p["samples_per_s"] / g["samples_per_s"] - 1
+            if gain > NOISE and (best is None or gain > best[1]):
+                change = f"{knob} -> {p[knob]}" if knob != "backend" else f"backend -> {_label(p)}"
+                best = (change, gain)
+    return best
+
+
+def verdict(g: dict, peers: list[dict]) -> str:
+    s = g["starvation"]
+    if g["model"] == "none":
+        head = f"loader ceiling {g['samples_per_s']:,.0f} samples/s"
+    else:
+        level = "highly input-bound" if s > HIGHLY else "input-bound" if s > INPUT_BOUND else "not input-bound"
+        vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
+        head = f"{level}: GPU idle {s:.1%} of the time waiting for input{vs}"
+    change = best_change(g, peers)
+    tail = f"; in this grid {change[0]} helped most (+{change[1]:.0%} samples/s)" if change else "; best in this grid"
+    return head + tail
+
+
+def attach_data_free(records: list[dict]) -> None:
+    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario."""
+    rows = {r["name"]: flat(r) for r in records if "figures" in r}
+    free = defaultdict(list)
+    for row in rows.values():
+        if row["kind"] == "data_free":
+            free[tuple(row[k] for k in SCENARIO)].append(row["samples_per_s"])
+    for rec in records:
+        row = rows.get(rec["name"])
+        if row and row["kind"] == "loader" and row["model"] != "none":
+            rates = free.get(tuple(row[k] for k in SCENARIO))
+            if rates:
+                rec["data_free_rate"] = statistics.median(rates)
+                rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]
+
+
+def finalize(results_dir: Path) -> list[dict]:
+    """Attach data-free ratios and verdicts to every JSON (rewritten atomically), write results.csv; return the
+    grouped configurations."""
+    from .run_one import write_json_atomic
+
+    records = load_records(results_dir)
+    attach_data_free(records)
+    rows = [flat(r) for r in records]
+    groups = group(rows)
+    verdicts = {n: g["verdict"] for g in groups for n in g["names"]}
+    for rec in records:
+        if rec["name"] in verdicts:
+            rec["verdict"] = verdicts[rec["name"]]
+        path = Path(rec.pop("_path"))
+        if rec != json.loads(path.read_text()):
+            write_json_atomic(path, rec)
+    write_csv(Path(results_dir) / "results.csv", [flat(r) for r in records])
+    return groups
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    os.replace(tmp, path)

@@ -1,0 +1,232 @@
+"""One bench configuration in a fresh process: `python -m bench.run_one --job JSON --out FILE` (bench.grid calls it).
+
+The process pins itself to `job.cpus` cores before importing torch (its thread pools size themselves then, and
+DataLoader workers, FFCV and DALI threads inherit the affinity), builds the loader, and runs the real training loop
+(`training.loop.main` with the loader injected) or, for `--model none`, a trivial consumer timed by the same
+StepTimer. A data-free job injects a loader that yields one batch already on the device, again and again.
+The record is written to FILE atomically, so an interrupted run leaves either a complete JSON or none."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .job import Job
+
+
+def pin_cpus(n: int) -> list[int]:
+    """Restrict this process (and every child it starts) to the first n cores it may use."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if n > len(allowed):
+        raise ValueError(f"--cpus {n}: only {len(allowed)} cores are available to this process")
+    os.sched_setaffinity(0, allowed[:n])
+    return allowed[:n]
+
+
+class ResidentLoader:
+    """The data-free baseline: one batch already on the device, handed out `length` times per epoch."""
+
+    def __init__(self, batch, length: int) -> None:
+        self.batch, self.length = batch, length
+
+    def __iter__(self):
+        return (self.batch for _ in range(self.length))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def set_epoch(self, epoch: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def build(job: Job):
+    """(loader, seconds to build it). A data-free job takes one real batch, so its shape is the loaders' own."""
+    from loaders import build_loader
+
+    opts = dict(batch_size=job.batch_size, device=job.device, seed=job.seed)
+    t0 = time.perf_counter()
+    if job.kind == "loader":
+        loader = build_loader(job.backend, job.data, workers=job.workers or 0, pin_memory=bool(job.pin_memory), **opts)
+        return loader, time.perf_counter() - t0
+    from dataprep.manifest import load_manifest
+
+    source = "hdf5" if "hdf5" in load_manifest(job.data)["formats"] else "gpu"  # both read without workers
+    with build_loader(source, job.data, workers=0, pin_memory=False, **opts) as real:
+        first = next(iter(real))
+        batch = type(first)(first.x.clone(), first.y.clone())
+    return ResidentLoader(batch, max(1, len(real))), time.perf_counter() - t0
+
+
+def consume(loader, job: Job) -> dict:
+    """--model none: fetch, one trivial reduction on the device per batch. The loader's ceiling."""
+    import torch
+
+    from training.stream import EpochStream
+
+    from .starvation import StepTimer
+
+    timer, stream = StepTimer(job.device), EpochStream(loader)
+    sink = torch.zeros((), device=job.device)
+    t0, first = time.perf_counter(), None
+    for _ in range(job.warmup + job.steps):
+        batch = timer.fetch(stream)
+        first = first if first is not None else time.perf_counter() - t0
+        timer.step_begin()
+        sink += batch.x.float().mean()
+        timer.step_end()
+    s = timer.summary(skip=job.warmup)
+    return {"samples_per_s": job.batch_size * s.steps / s.wall_s, "starvation": s.to_dict(), "first_batch_s": first}
+
+
+def train(loader, job: Job) -> dict:
+    """The real training loop with the loader injected; checkpoints, samples and log lines off."""
+    from training.config import TrainConfig
+    from training.loop import main
+
+    total = job.warmup + job.steps
+    with tempfile.TemporaryDirectory(prefix="gpufeed-bench-") as run_dir:
+        cfg = TrainConfig(
+            data=Path(job.data),
+            loader=job.backend or "gpu",
+            model=job.model,
+            batch_size=job.batch_size,
+            steps=total,
+            precision=job.precision,
+            compile=job.compile,
+            workers=job.workers or 0,
+            pin_memory=bool(job.pin_memory),
+            device=job.device,
+            seed=job.seed,
+            timing_warmup=job.warmup,
+            ckpt_every=0,
+            sample_every=0,
+            log_every=total,
+            progress=False,
+            out=Path(run_dir),
+        )
+        summary = main(cfg, loader=loader).to_dict()
+    if summary["stopped_by"]:  # Ctrl-C or SIGTERM cut the run short: its figures are not a measurement
+        raise KeyboardInterrupt(summary["stopped_by"])
+    return {k: v for k, v in summary.items() if k not in ("losses", "config", "backend")}
+
+
+def measure(job: Job, trace_path: Path) -> dict:
+    """Every figure of one configuration: rates and starvation, resources over the measured steps, cross-check."""
+    import torch
+
+    from .crosscheck import ProfiledLoader
+    from .monitor import ResourceMonitor
+    from .starvation import latest_timer
+
+    cuda = job.device.startswith("cuda")
+    gpu_index = torch.device(job.device).index or 0 if cuda else None
+    with ResourceMonitor(gpu_index=gpu_index) as monitor:
+        loader, build_s = build(job)
+        fed = ProfiledLoader(loader, job.warmup, trace_path) if job.crosscheck else loader
+        try:
+            figures = consume(fed, job) if job.model == "none" else train(fed, job)
+            trace = fed.finish() if job.crosscheck else None
+        finally:
+            loader.close()
+    timer = latest_timer()
+    figures |= {"build_s": build_s, "first_batch_s": build_s + figures["first_batch_s"]}  # worker start included
+    figures["warmup_s"] = timer.window(0, job.warmup)[1] - timer.window(0, job.warmup)[0] if job.warmup else 0.0
+    figures |= monitor.figures(*timer.window(job.warmup))
+    if figures.get("cpu_cores") is not None:
+        figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
+    if cuda:
+        figures["torch_peak_memory_mib"] = torch.cuda.max_memory_allocated(job.device) / 2**20
+    if "nvml_gpu_util_pct" in figures:  # NVML's busy share counts gaps inside steps as busy: a loose bound
+        figures["nvml_idle"] = 1.0 - figures["nvml_gpu_util_pct"] / 100.0
+    if trace is not None:
+        figures["crosscheck"] = crosscheck(trace, timer, job.warmup)
+    return figures
+
+
+def crosscheck(trace: Path, timer, warmup: int) -> dict:
+    """Trace-derived starvation next to the CUDA-event figure over exactly the same steps."""
+    from .crosscheck import load_trace, trace_starvation
+
+    try:
+        tr = trace_starvation(load_trace(trace))
+    except (ValueError, KeyError, OSError) as e:  # a trace this torch writes differently: say so, keep the run
+        return {"trace": trace.name, "error": f"{type(e).__name__}: {e}"}
+    a = warmup + tr["first_fetch"]
+    same = timer.summary(skip=a, stop=a + tr["steps"])
+    diff = 100 * (tr["starvation"] - same.starvation)
+    return tr | {"trace": trace.name, "events_starvation": same.starvation, "difference_pp": diff}
+
+
+def record(job: Job, out: Path) -> dict:
+    from dataprep.manifest import load_manifest
+
+    from .env import run_record
+
+    manifest = load_manifest(job.data)
+    rec = {"name": job.name, "job": job.to_dict()}
+    rec["data"] = {
+        "path": str(Path(job.data).resolve()),
+        "digest": manifest["digest"]["total"],
+        "kind": manifest["kind"],
+        "count": manifest["count"],
+    }
+    rec["run"] = run_record() | {
+        "command": os.environ.get("GPUFEED_BENCH_COMMAND", " ".join(sys.argv)),
+        "cpus_pinned": sorted(os.sched_getaffinity(0)),
+    }
+    rec["compile_cache"] = compile_cache() if job.compile else None
+    rec["figures"] = measure(job, out.parent / "traces" / f"{job.name}.trace.json.gz")
+    return rec
+
+
+def compile_cache() -> dict:
+    """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid)."""
+    import torch._inductor.config as inductor
+
+    return {
+        "kind": "persistent inductor FX graph cache",
+        "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
+        "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
+        "autograd_cache": bool(getattr(inductor, "autograd_cache", False)),
+    }
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--job", required=True, help="a bench.job.Job as JSON")
+    p.add_argument("--out", required=True, type=Path, help="the result JSON to write")
+    args = p.parse_args(argv)
+    job = Job.from_dict(json.loads(args.job))
+    if job.cpus:
+        pin_cpus(job.cpus)  # before torch is imported: its thread pools size themselves to the affinity
+    import torch
+
+    if job.cpus:
+        torch.set_num_threads(job.cpus)
+    try:
+        rec = record(job, args.out)
+    except Exception as e:  # recorded, so the grid goes on and the report shows which configuration failed
+        import traceback
+
+        rec = {"name": job.name, "job": job.to_dict(), "error": f"{type(e).__name__}: {e}"}
+        traceback.print_exc()
+    write_json_atomic(args.out, rec)
+    return 1 if "error" in rec else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""`bench loaders` end to end on a small real dataset (CPU): the grid's expansion, one JSON per configuration from a
+fresh process, the data-free ratio, CSV, Markdown and plots, and Ctrl-C keeping finished configurations."""
+
+from __future__ import annotations
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench.grid import GridConfig, finished, run_grid
+from bench.job import BACKEND_NAMES, MODEL_CHOICES, collapse, estimate_s, expand
+from bench.report import write_report
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def image_data(tmp_path_factory) -> Path:
+    """256 synthetic CIFAR-shaped images as plain files and HDF5 (8 batches of 32)."""
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path_factory.mktemp("bench") / "img"
+    convert(
+        ConvertConfig(
+            output=out, source="synthetic-images", limit=256, formats=("files", "hdf5"), workers=1, progress=False
+        )
+    )
+    return out
+
+
+def test_names_match_the_registries():
+    """The CLI's backend and model lists are the loaders' registry and the model presets (plus none)."""
+    from loaders import BACKENDS
+    from training.model import MODEL_PRESETS
+
+    assert set(BACKEND_NAMES) == set(BACKENDS)
+    assert set(MODEL_CHOICES) == set(MODEL_PRESETS) | {"none"}
+
+
+def test_knobs_a_backend_ignores_are_collapsed():
+    """gpu runs once, ffcv/dali treat 0 workers as 1 and ignore pin_memory, nothing is pinned on a CPU device."""
+    assert collapse("gpu", 8, True, "cuda") == (None, None)
+    assert collapse("ffcv", 0, True, "cuda") == (1, None)
+    assert collapse("torch", 4, True, "cpu") == (4, None)
+    assert collapse("hdf5", 0, False, "cuda") == (0, False)
+    jobs = expand(
+        data=Path("d"),
+        backends=BACKEND_NAMES,
+        workers=(0, 4, 8),
+        pin_memory=(True, False),
+        batch_sizes=(128,),
+        model="ddpm_cifar10",
+        steps=200,
+        warmup=20,
+        device="cuda",
+        cpus=None,
+        compile=True,
+        repeats=2,
+    )
+    per_repeat = 6 + 6 + 3 + 3 + 1 + 1  # torch, hdf5: 3x2; ffcv, dali: workers 1,4,8; gpu once; one data-free
+    assert len(jobs) == 2 * per_repeat and len({j.name for j in jobs}) == len(jobs)
+    assert [j.repeat for j in jobs] == [0] * per_repeat + [1] * per_repeat  # a Ctrl-C leaves whole repeats
+    assert 60 < estimate_s(jobs) < 3600
+
+
+@pytest.mark.slow
+def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
+    """torch, hdf5 and gpu with the loader alone and with the tiny model: every run recorded, ratios and verdicts."""
+    out = tmp_path / "results"
+    common = dict(
+        data=image_data,
+        out=out,
+        backends=("torch", "hdf5", "gpu"),
+        workers=(0,),
+        pin_memory=(True, False),
+        batch_sizes=(32,),
+        steps=3,
+        warmup=1,
+        device="cpu",
+        progress=False,
+    )
+    lines: list[str] = []
+    first = run_grid(GridConfig(model="none", **common), echo=lines.append)
+    second = run_grid(GridConfig(model="tiny", **common), echo=lines.append)
+    assert "3 configurations" in lines[0] and "estimated" in lines[0] and "4 configurations" in lines[1]
+    assert not first.failed and not second.failed and len(first.done) + len(second.done) == 7
+
+    records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert len(records) == 7
+    for name, rec in records.items():
+        f = rec["figures"]
+        assert f["samples_per_s"] > 0 and 0 <= f["starvation"]["starvation"] <= 1, name
+        assert f["starvation"]["source"] == "host-wait" and f["first_batch_s"] > 0
+        assert f["cpu_cores"] > 0 and f["peak_mem_mib"] > 50
+        assert rec["data"]["digest"] and rec["run"]["versions"]["torch"] and rec["run"]["command"].startswith("bench")
+    trained = records["hdf5-w0-pinna-bs32-tiny-cpusall-bf16-r0"]
+    free = records["datafree-bs32-tiny-cpusall-bf16-r0"]["figures"]["samples_per_s"]
+    assert trained["data_free_rate"] == pytest.approx(free)
+    assert trained["vs_data_free"] == pytest.approx(trained["figures"]["samples_per_s"] / free)
+    assert "input-bound" in trained["verdict"] and "data-free" in trained["verdict"]
+    assert "loader ceiling" in records["torch-w0-pinna-bs32-none-cpusall-bf16-r0"]["verdict"]
+
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 7 and {r["backend"] for r in rows} == {"torch", "hdf5", "gpu", ""}
+
+    md = write_report(out).read_text()
+    assert "## none, batch 32, cpu" in md and "## tiny, batch 32, cpu" in md and "Data-free rate" in md
+    assert md.count("Best configuration per backend") == 2
+    for png in out.glob("plot-*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert len(list(out.glob("plot-*.png"))) == 2
+
+
+def _run_one_children(out: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if "bench.run_one" in cmd and str(out) in cmd:
+            found.append(p)
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
+    """SIGINT during the second configuration: exit 130, the first JSON kept whole, no child left, CSV written."""
+    out = tmp_path / "results"
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "loaders",
+        "--data",
+        str(image_data),
+        "--backends",
+        "hdf5,torch",
+        "--workers",
+        "0",
+        "--batch-size",
+        "32",
+        "--model",
+        "none",
+        "--steps",
+        "3000",
+        "--warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    first = out / "hdf5-w0-pinna-bs32-none-cpusall-bf16-r0.json"
+    deadline = time.time() + 150
+    while not (first.exists() and _run_one_children(out)) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(2)  # the torch configuration (about a minute of steps) is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err
+    assert json.loads(first.read_text())["figures"]["samples_per_s"] > 0
+    assert not (out / "torch-w0-pinna-bs32-none-cpusall-bf16-r0.json").exists()
+    assert not list(out.glob(".*tmp*")) and (out / "results.csv").exists()
+    assert not _run_one_children(out)
+    # --resume skips exactly the finished job, not one that differs in any setting
+    cfg = GridConfig(
+        data=image_data,
+        out=out,
+        backends=("hdf5", "torch"),
+        workers=(0,),
+        batch_sizes=(32,),
+        steps=3000,
+        warmup=1,
+        device="cpu",
+    )
+    hdf5, torch_job = cfg.jobs()
+    assert finished(first, hdf5) and not finished(out / f"{torch_job.name}.json", torch_job)
+    cfg.steps = 10
+    assert not finished(first, cfg.jobs()[0])
