@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -62,25 +63,18 @@ def upstream_ffcv(args) -> dict:
     """FFCV's own CIFAR-10 training pipeline (its examples/cifar: flip, translate, cutout on the CPU threads, then
     ToDevice, ToTorchImage, Convert, Normalize), at the same thread count."""
     import torchvision
+    from ffcv import transforms as T
     from ffcv.fields.decoders import IntDecoder, SimpleRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
-    from ffcv.transforms import (
-        Convert,
-        Cutout,
-        RandomHorizontalFlip,
-        RandomTranslate,
-        Squeeze,
-        ToDevice,
-        ToTensor,  # fmt: skip
-        ToTorchImage,
-    )
 
     mean, std = [125.307, 122.961, 113.8575], [51.5865, 50.847, 51.255]
     dev = torch.device(args.device)
-    image = [SimpleRGBImageDecoder(), RandomHorizontalFlip(), RandomTranslate(padding=2, fill=tuple(map(int, mean))),
-             Cutout(4, tuple(map(int, mean))), ToTensor(), ToDevice(dev, non_blocking=True), ToTorchImage(),
-             Convert(torch.float32), torchvision.transforms.Normalize(mean, std)]  # fmt: skip
-    label = [IntDecoder(), ToTensor(), ToDevice(dev), Squeeze()]
+    fill = tuple(map(int, mean))
+    # as upstream, except Convert(float32) where it has float16: our loaders deliver float32 too
+    image = [SimpleRGBImageDecoder(), T.RandomHorizontalFlip(), T.RandomTranslate(padding=2, fill=fill),
+             T.Cutout(4, fill), T.ToTensor(), T.ToDevice(dev, non_blocking=True), T.ToTorchImage(),
+             T.Convert(torch.float32), torchvision.transforms.Normalize(mean, std)]  # fmt: skip
+    label = [IntDecoder(), T.ToTensor(), T.ToDevice(dev), T.Squeeze()]
     loader = Loader(str(args.data / "data.beton"), batch_size=args.batch_size, num_workers=args.workers,
                     order=OrderOption.RANDOM, drop_last=True, pipelines={"image": image, "label": label},
                     os_cache=True)  # fmt: skip
@@ -120,33 +114,57 @@ CONTENDERS = {
 TARGETS = [("ffcv", "upstream_ffcv", 1.0), ("dali", "naive_dali_npy", 3.0), ("hdf5", "torch", 4.0)]
 
 
-def main() -> None:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", type=Path, required=True, help="a `dataprep convert --format all` image directory")
-    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--workers", type=int, default=8, help="processes (torch, hdf5) or threads (ffcv, dali) for all")
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=1, help="timed epochs, after one warm-up epoch")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--only", default=",".join(CONTENDERS), help="comma list of contenders")
-    p.add_argument("--out", type=Path)
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, help="where to write the raw JSON record")
+    args = p.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(CONTENDERS)
+    if unknown:
+        p.error(f"--only: unknown {', '.join(sorted(unknown))}; valid: {', '.join(CONTENDERS)}")
+    if not (args.data / "manifest.json").is_file():
+        p.error(f"--data {args.data}: no manifest.json; make one with: dataprep convert --format all --output DIR")
+    return args
+
+
+def table(results: dict, checks: dict) -> str:
+    """The printed summary: every contender's rate, then each target ratio and whether it was met."""
+    lines = [f"{'contender':16s} {'img/s':>12s}"]
+    for name, r in results.items():
+        lines.append(f"{name:16s} {r['samples_per_s']:>12,.0f}" if "samples_per_s" in r else f"{name:16s} {r['error']}")
+    lines.append(f"{'ours/reference':24s} {'ratio':>6s} {'target':>7s}")
+    for k, v in checks.items():
+        met = "ok" if v["ratio"] >= v["target"] else "MISSED"
+        lines.append(f"{k:24s} {v['ratio']:5.2f}x {v['target']:6.1f}x {met}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse(argv)
     results = {}
     for name in args.only.split(","):
         try:
             results[name] = CONTENDERS[name](args)
         except Exception as e:  # one broken contender must not lose the others' numbers
             results[name] = {"error": f"{type(e).__name__}: {e}"}
-        print(f"{name:16s} {results[name].get('samples_per_s', float('nan')):>12,.0f} img/s", flush=True)
+        print(f"{name}: {results[name].get('samples_per_s', results[name].get('error'))}", file=sys.stderr, flush=True)
     rate = {k: v.get("samples_per_s") for k, v in results.items()}
     checks = {f"{a}/{b}": {"ratio": rate[a] / rate[b], "target": t} for a, b, t in TARGETS
               if rate.get(a) and rate.get(b)}  # fmt: skip
-    for k, v in checks.items():
-        print(f"{k:24s} {v['ratio']:6.2f}x (target {v['target']}x) {'ok' if v['ratio'] >= v['target'] else 'MISSED'}")
+    print(table(results, checks))
     record = run_record() | {"config": vars(args) | {"data": str(args.data), "out": str(args.out)},
                              "results": results, "ratios": checks}  # fmt: skip
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        tmp = args.out.with_name(args.out.name + ".tmp")
+        tmp.write_text(json.dumps(record, indent=1) + "\n")
+        tmp.replace(args.out)
+    return record
 
 
 if __name__ == "__main__":

@@ -50,12 +50,12 @@ prep() {  # ~1 min on 16 cores: real CIFAR-10 train (50,000) and FSDD (3,000 cli
     mkdir -p "$DATA"
     if [ ! -f "$DATA/cifar10/manifest.json" ]; then
         [ -d "$DATA/raw/cifar" ] || { mkdir -p "$DATA/raw/cifar" && tar xzf "$src/cifar10-jpg.tar.gz" -C "$DATA/raw/cifar"; }
-        $PY -m dataprep convert --input "$DATA/raw/cifar" --output "$DATA/cifar10" --format all --workers 16 --quiet \
+        $PY -m dataprep convert --input "$DATA/raw/cifar" --output "$DATA/cifar10" --format all --quiet \
             ${LIMIT:+--limit $LIMIT}
     fi
     if [ ! -f "$DATA/fsdd/manifest.json" ]; then
         [ -d "$DATA/raw/fsdd" ] || { mkdir -p "$DATA/raw/fsdd" && tar xzf "$src/fsdd-wav.tar.gz" -C "$DATA/raw/fsdd"; }
-        $PY -m dataprep convert --input "$DATA/raw/fsdd/recordings" --output "$DATA/fsdd" --format all --workers 16 \
+        $PY -m dataprep convert --input "$DATA/raw/fsdd/recordings" --output "$DATA/fsdd" --format all \
             --sample-rate 16000 --clip-seconds 1.024 --channels 1 --quiet ${LIMIT:+--limit $LIMIT}
     fi
 }

@@ -171,7 +171,7 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
     xs = sorted({g["workers"] for g in groups if g["workers"] is not None}) or [0]
     panels = [
         ("samples_per_s", "samples/s (median of repeats)", "Throughput", 1.0),
-        ("starvation", "GPU idle waiting for input (%)", "Starvation", 100.0),
+        ("starvation", "time waiting for input (%)", "Starvation", 100.0),
         ("cpu_s_per_1k_samples", "CPU core-seconds per 1,000 samples", "CPU cost", 1.0),
     ]
     lines = defaultdict(list)

@@ -158,9 +158,13 @@ def verdict(g: dict, peers: list[dict]) -> str:
     else:
         level = "highly input-bound" if s > HIGHLY else "input-bound" if s > INPUT_BOUND else "not input-bound"
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
-        head = f"{level}: GPU idle {s:.1%} of the time waiting for input{vs}"
+        who = "GPU idle" if g["device"] == "cuda" else "training blocked"
+        head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
     change = best_change(g, peers)
-    tail = f"; in this grid {change[0]} helped most (+{change[1]:.0%} samples/s)" if change else "; best in this grid"
+    if change is None:
+        return head + "; best in this grid"
+    gain = f"x{1 + change[1]:.1f}" if change[1] >= 1 else f"+{change[1]:.0%}"
+    tail = f"; in this grid {change[0]} helped most ({gain} samples/s)"
     return head + tail
 
 

@@ -44,11 +44,30 @@ class ConvertConfig:
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _remove_stale(out: Path) -> None:
+    """Delete what a killed conversion into `out` left behind (SIGKILL skips our cleanup); live ones are kept."""
+    for leftover in out.parent.glob(f".{out.name}.*-*"):
+        kind, _, pid = leftover.name.rpartition("-")
+        if kind in (f".{out.name}.tmp", f".{out.name}.old") and pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _prepare_output(out: Path, overwrite: bool) -> Path:
     if out.exists() and not overwrite and (out.is_file() or any(out.iterdir())):
         raise ConvertError(f"{out}: already exists and is not empty; pass --overwrite to replace it")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(out)
         tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -88,7 +107,7 @@ def convert(cfg: ConvertConfig) -> dict:
                     continue
                 if meta is None:
                     meta = _meta(source, chunk, spec)
-                    writers = {n: writer_class(n)(tmp, meta, cfg.workers) for n in names}
+                    writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress) for n in names}
                 for w in writers.values():
                     w.write(chunk)
                 digest.update(chunk)

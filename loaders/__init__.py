@@ -13,12 +13,12 @@ BACKENDS = {
     "dali": "loaders.dali_backend:DaliLoader",
     "gpu": "loaders.gpu_resident:GpuResidentLoader",
 }
-# the pip extra that provides each backend's library, and the format dataprep must have written for it
-EXTRAS = {"torch": "audio", "hdf5": None, "ffcv": "ffcv", "dali": "dali", "gpu": None}
+# the pip extra that provides each optional library (top-level module name), and the format each backend reads
+EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio", "soxr": "audio"}
 NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5"}
 
 
-class LoaderError(Exception):
+class LoaderError(ValueError):
     """A loader cannot be built as asked; the message says what to do."""
 
 
@@ -38,13 +38,19 @@ def build_loader(name: str, data_dir: str | Path, **options):
             f"run: dataprep convert --format {fmt} ..."
         )
     module_name, cls_name = BACKENDS[name].split(":")
-    try:
-        module = importlib.import_module(module_name)
+    try:  # backends import their optional libraries at module level or in __init__, so both are covered here
+        cls = getattr(importlib.import_module(module_name), cls_name)
+        return cls(Path(data_dir), manifest, LoaderOptions(**options))
     except ImportError as e:
-        extra = EXTRAS[name]
-        hint = f"pip install 'gpufeed[{extra}]'" if extra else "pip install gpufeed"
-        raise LoaderError(f"the {name!r} loader needs a library that is missing ({e.name or e}): {hint}") from None
-    return getattr(module, cls_name)(Path(data_dir), manifest, LoaderOptions(**options))
+        missing = (e.name or "").split(".")[0]
+        extra = EXTRAS.get(missing)
+        if extra is None:  # a core dependency is broken, not an optional one missing
+            raise LoaderError(
+                f"the {name!r} loader cannot import {missing or e}: reinstall with pip install -e ."
+            ) from None
+        raise LoaderError(
+            f"the {name!r} loader needs the {extra!r} extra ({missing} is not installed): pip install -e '.[{extra}]'"
+        ) from None
 
 
 __all__ = ["BACKENDS", "LoaderError", "build_loader"]

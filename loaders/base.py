@@ -39,6 +39,21 @@ class LoaderOptions:
     prefetch: int = 2  # batches prepared ahead, where the backend has such a queue
     mp_context: str | None = None  # worker processes: "fork", "forkserver" or "spawn" (None: the platform default)
 
+    def __post_init__(self) -> None:
+        checks = [
+            (self.batch_size >= 1, f"batch_size must be at least 1, not {self.batch_size}"),
+            (self.workers >= 0, f"workers must be 0 (load in the main process) or more, not {self.workers}"),
+            (self.prefetch >= 1, f"prefetch must be at least 1 batch, not {self.prefetch}"),
+            (self.world_size >= 1, f"world_size must be at least 1, not {self.world_size}"),
+            (0 <= self.rank < self.world_size, f"rank must be in [0, world_size={self.world_size}), not {self.rank}"),
+            (self.representation in ("mel", "wave"), f"representation is 'mel' or 'wave', not {self.representation!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                from . import LoaderError  # defined beside build_loader, which callers catch it around
+
+                raise LoaderError(message)
+
 
 class Loader(ABC):
     """One epoch of `Batch`es on `device` per iteration. Call set_epoch(e) before iterating epoch e."""
@@ -49,8 +64,6 @@ class Loader(ABC):
         self.kind = manifest["kind"]
         # page-locked memory only helps a copy to a GPU; on a CPU device it would be wasted work (and a warning)
         self.pin = opts.pin_memory and torch.device(opts.device).type == "cuda"
-        if opts.representation not in ("mel", "wave"):
-            raise ValueError(f"representation must be 'mel' or 'wave', not {opts.representation!r}")
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...

@@ -4,7 +4,7 @@ epoch then costs three kernels — `torch.randperm` on the device, one gather, o
 and every batch is a slice of that epoch tensor, free to hand out. On a CPU device the data stays in host memory.
 Knobs: workers, pin_memory and prefetch are ignored (there is nothing to overlap). It loads from data.h5 (or the
 plain files) once, and refuses a dataset whose normalized copy and epoch copy together exceed MAX_FREE_FRACTION
-of the device's free memory, leaving room for the model."""
+of the device's free memory (host memory for a CPU device), leaving room for the model."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ class GpuResidentLoader(Loader):
         device = torch.device(opts.device)
         itemsize = torch.empty((), dtype=opts.dtype).element_size()
         nbytes = 2 * int(np.prod(manifest["sample_shape"])) * itemsize * manifest["count"]  # base + epoch copy
-        if device.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(device)
-            if nbytes > MAX_FREE_FRACTION * free:
-                raise MemoryError(
-                    f"{data_dir}: {nbytes / 2**30:.1f} GiB of resident samples exceed {MAX_FREE_FRACTION:.0%} of "
-                    f"the {free / 2**30:.1f} GiB free on {device}; use the hdf5, ffcv or dali loader instead"
-                )
+        free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _host_available()
+        if nbytes > MAX_FREE_FRACTION * free:
+            where = device if device.type == "cuda" else "the host (device cpu)"
+            raise MemoryError(
+                f"{data_dir}: {nbytes / 2**30:.2f} GiB of resident samples exceed {MAX_FREE_FRACTION:.0%} of "
+                f"the {free / 2**30:.2f} GiB free on {where}; use the hdf5, ffcv or dali loader instead"
+            )
         x, y = self._load()
         x = torch.from_numpy(x).to(device)
         if self.kind == "image":
@@ -69,3 +69,9 @@ class GpuResidentLoader(Loader):
         end = len(idx) - len(idx) % bs if self.opts.drop_last else len(idx)
         for start in range(0, end, bs):
             yield Batch(x[start : start + bs], y[start : start + bs])
+
+
+def _host_available() -> int:
+    import psutil
+
+    return psutil.virtual_memory().available

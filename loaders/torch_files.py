@@ -48,6 +48,8 @@ class TorchFilesLoader(Loader):
         from dataprep.formats.files import DIRNAME, read_index
 
         super().__init__(data_dir, manifest, opts)
+        if self.kind == "audio":
+            import soundfile  # noqa: F401  (fail here, where build_loader names the extra, not in a worker)
         self.dataset = FilesDataset(self.data_dir / DIRNAME, read_index(data_dir), self.kind, opts.seed, opts.augment)
 
     def __iter__(self) -> Iterator[Batch]:

@@ -94,3 +94,18 @@ def make_audio(root: Path) -> list[Path]:
         sf.write(root / name, wave.astype(np.float32), rate)
         paths.append(root / name)
     return paths
+
+
+def decode_audio_truth(path: Path, rate: int = 16000, n: int = 16384):
+    """The documented audio pipeline, written out independently: downmix, soxr HQ resample, crop or zero-pad."""
+    import soundfile as sf
+    import soxr
+
+    data, sr = sf.read(path, dtype="float32", always_2d=True)
+    mono = data.mean(axis=1, keepdims=True)
+    if sr != rate:
+        mono = soxr.resample(mono, sr, rate, quality="HQ")
+    out = np.zeros(n, np.float32)
+    k = min(n, len(mono))
+    out[:k] = mono[:k, 0]
+    return out, k

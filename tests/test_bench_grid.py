@@ -72,7 +72,7 @@ def test_knobs_a_backend_ignores_are_collapsed():
 
 @pytest.mark.slow
 def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
-    """torch, hdf5 and gpu with the loader alone and with the tiny model: every run recorded, ratios and verdicts."""
+    """torch, hdf5, gpu with the loader alone, hdf5 and gpu with the tiny model: all recorded, ratios, verdicts."""
     out = tmp_path / "results"
     common = dict(
         data=image_data,
@@ -88,12 +88,12 @@ def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
     )
     lines: list[str] = []
     first = run_grid(GridConfig(model="none", **common), echo=lines.append)
-    second = run_grid(GridConfig(model="tiny", **common), echo=lines.append)
-    assert "3 configurations" in lines[0] and "estimated" in lines[0] and "4 configurations" in lines[1]
-    assert not first.failed and not second.failed and len(first.done) + len(second.done) == 7
+    second = run_grid(GridConfig(model="tiny", **common | {"backends": ("hdf5", "gpu")}), echo=lines.append)
+    assert "3 configurations" in lines[0] and "estimated" in lines[0] and "3 configurations" in lines[1]
+    assert not first.failed and not second.failed and len(first.done) + len(second.done) == 6
 
     records = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
-    assert len(records) == 7
+    assert len(records) == 6
     for name, rec in records.items():
         f = rec["figures"]
         assert f["samples_per_s"] > 0 and 0 <= f["starvation"]["starvation"] <= 1, name
@@ -109,7 +109,7 @@ def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
 
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    assert len(rows) == 7 and {r["backend"] for r in rows} == {"torch", "hdf5", "gpu", ""}
+    assert len(rows) == 6 and {r["backend"] for r in rows} == {"torch", "hdf5", "gpu", ""}
 
     md = write_report(out).read_text()
     assert "## none, batch 32, cpu" in md and "## tiny, batch 32, cpu" in md and "Data-free rate" in md

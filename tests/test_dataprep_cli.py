@@ -103,3 +103,12 @@ def test_written_samples_are_the_synthetic_source(converted):
     truth = next(SyntheticImages(50).chunks(50, "error", 1))
     x, y, _ = read_all(converted, "hdf5")
     assert np.array_equal(x, truth.x) and np.array_equal(y, truth.y)
+
+
+def test_quiet_silences_every_progress_bar(tmp_path):
+    """--quiet prints only the summary line (FFCV's own writer bar included); without it the bars are shown."""
+    args = ["convert", "--source", "synthetic-images", "--limit", "20", "--format", "ffcv", "--workers", "1"]
+    r = CliRunner().invoke(cli, [*args, "--output", str(tmp_path / "q"), "--quiet"])
+    assert r.exit_code == 0 and r.output.strip().splitlines() == [f"wrote 20 samples to {tmp_path / 'q'} (ffcv)"]
+    r = CliRunner().invoke(cli, [*args, "--output", str(tmp_path / "v")])
+    assert r.exit_code == 0 and "convert: 100%" in r.output and "ffcv: 100%" in r.output

@@ -118,6 +118,7 @@ def test_existing_output_needs_overwrite(tmp_path):
     assert run(*args, "--overwrite").exit_code == 0
 
 
+@pytest.mark.slow
 def test_interrupt_in_process_leaves_nothing(tmp_path, monkeypatch):
     """A KeyboardInterrupt mid-conversion removes the temporary directory; a rerun succeeds."""
     from dataprep.convert import ConvertConfig, convert
@@ -132,12 +133,12 @@ def test_interrupt_in_process_leaves_nothing(tmp_path, monkeypatch):
             yield chunk
 
     monkeypatch.setattr(SyntheticImages, "chunks", interrupted)
-    cfg = ConvertConfig(output=tmp_path / "o", source="synthetic-images", limit=5000, progress=False)
+    cfg = ConvertConfig(output=tmp_path / "o", source="synthetic-images", limit=3000, progress=False)
     with pytest.raises(KeyboardInterrupt):
         convert(cfg)
     _no_output(tmp_path / "o")
     monkeypatch.setattr(SyntheticImages, "chunks", real)
-    assert convert(cfg)["count"] == 5000
+    assert convert(cfg)["count"] == 3000
 
 
 @pytest.mark.slow
@@ -155,3 +156,20 @@ def test_sigint_to_cli_process(tmp_path):
     proc.wait(timeout=60)
     assert proc.returncode != 0
     _no_output(out)
+
+
+def test_killed_process_leftovers_are_cleared_on_rerun(tmp_path):
+    """SIGKILL mid-conversion leaves no manifest; the rerun removes the dead run's temporary dir and succeeds."""
+    out = tmp_path / "o"
+    args = ["--source", "synthetic-images", "--limit", "300000", "--format", "hdf5", "--output", str(out), "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "dataprep", "convert", *args], stdout=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not list(tmp_path.glob(".o.tmp-*/data.h5")) and time.time() < deadline:
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert [p.name for p in tmp_path.iterdir()] == [f".o.tmp-{proc.pid}"]  # a leftover, but not a dataset
+    assert not out.exists()
+    r = run(*args[:3], "20", *args[4:])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"] and (out / "manifest.json").is_file()

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-import soundfile as sf
-import soxr
-from dataprep_helpers import FORMATS, make_audio, make_cifar_pickles, make_imagefolder, make_kaggle, read_all
+from dataprep_helpers import (
+    FORMATS,
+    decode_audio_truth,
+    make_audio,
+    make_cifar_pickles,
+    make_imagefolder,
+    make_kaggle,
+    read_all,
+)
 from PIL import Image
 
 from dataprep.convert import ConvertConfig, convert
+from dataprep.sources.synthetic import SyntheticAudio, SyntheticImages
 from dataprep.verify import verify
+
+CIFAR_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+SOURCES = ["cifar10", "kaggle", "imagefolder", "audio", "synthetic-images", "synthetic-audio"]
 
 
 def _convert(inp, out, **kw) -> dict:
@@ -31,27 +39,19 @@ def built(tmp_path_factory):
     x, y = make_imagefolder(tmp / "folder")
     out["imagefolder"] = (_convert(tmp / "folder", tmp / "o_folder"), tmp / "o_folder", x, y, None)
     paths = make_audio(tmp / "clips")
-    xs, lens = zip(*[_decode_truth(p) for p in sorted(paths)])
+    xs, lens = zip(*[decode_audio_truth(p) for p in sorted(paths)])
     ys = np.array([int(p.name[0]) for p in sorted(paths)])
     out["audio"] = (_convert(tmp / "clips", tmp / "o_audio"), tmp / "o_audio", np.stack(xs), ys, np.array(lens))
+    for name, cls in (("synthetic-images", SyntheticImages), ("synthetic-audio", SyntheticAudio)):
+        truth = next(cls(30).chunks(30, "error", 1))  # the generator itself, called directly
+        manifest = _convert(None, tmp / name, source=name, limit=30)
+        out[name] = (manifest, tmp / name, truth.x, truth.y, truth.length)
     return out
-
-
-def _decode_truth(path: Path, rate: int = 16000, n: int = 16384):
-    """The documented audio pipeline, written out independently: downmix, soxr HQ resample, crop or zero-pad."""
-    data, sr = sf.read(path, dtype="float32", always_2d=True)
-    mono = data.mean(axis=1, keepdims=True)
-    if sr != rate:
-        mono = soxr.resample(mono, sr, rate, quality="HQ")
-    out = np.zeros(n, np.float32)
-    k = min(n, len(mono))
-    out[:k] = mono[:k, 0]
-    return out, k
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("source", ["cifar10", "kaggle", "imagefolder", "audio"])
+@pytest.mark.parametrize("source", SOURCES)
 def test_round_trip_is_exact(built, source, fmt):
     """Samples, labels and lengths read back from each format equal the independently decoded source."""
     manifest, data_dir, x, y, length = built[source]
@@ -104,27 +104,26 @@ def test_synthetic_sets_are_deterministic_prefixes(tmp_path):
     assert diffs < 30, "synthetic images should be smooth with texture, not white noise"
 
 
-def test_synthetic_audio_every_format(tmp_path):
-    """Synthetic audio round-trips through every format with its true lengths."""
+def test_synthetic_audio_is_padded_and_verifies(tmp_path):
+    """Synthetic clips are zero after their true length, some are shorter than T, and verify passes on all formats."""
     m = _convert(None, tmp_path / "a", source="synthetic-audio", limit=12)
-    ref = read_all(tmp_path / "a", "hdf5")
-    assert (ref[2] < 16384).any() and (ref[0][0, ref[2][0] :] == 0).all()
-    for fmt in FORMATS:
-        x, y, length = read_all(tmp_path / "a", fmt)
-        assert np.array_equal(x, ref[0]) and np.array_equal(y, ref[1]) and np.array_equal(length, ref[2])
+    x, _, length = read_all(tmp_path / "a", "hdf5")
+    assert (length < 16384).any() and (length > 0).all()
+    assert all((x[k, length[k] :] == 0).all() and x[k, length[k] - 1] != 0 for k in range(len(x)))
     assert verify(tmp_path / "a") == [] and m["count"] == 12
 
 
 @pytest.mark.slow
 def test_real_cifar_jpegs(cifar_jpg_root, tmp_path):
-    """Real CIFAR-10 JPEGs: the formats hold exactly what PIL decodes from each JPEG, in folder order."""
-    m = _convert(cifar_jpg_root, tmp_path / "c", limit=2000)
-    assert m["source"]["kind"] == "imagefolder" and m["count"] == 2000
-    files = sorted((cifar_jpg_root / "train" / "airplane").iterdir())[:2000]
+    """Real CIFAR-10 JPEGs: the formats hold exactly what PIL decodes from each JPEG, in class-folder order."""
+    m = _convert(cifar_jpg_root, tmp_path / "c", split="test", limit=2500)
+    assert m["source"]["kind"] == "imagefolder" and m["count"] == 2500 and m["classes"][:3] == CIFAR_CLASSES[:3]
+    files = [p for c in CIFAR_CLASSES[:3] for p in sorted((cifar_jpg_root / "test" / c).iterdir())][:2500]
     truth = np.stack([np.asarray(Image.open(p).convert("RGB")) for p in files])
+    labels = [CIFAR_CLASSES.index(p.parent.name) for p in files]
     for fmt in FORMATS:
         x, y, _ = read_all(tmp_path / "c", fmt)
-        assert np.array_equal(x, truth) and (y == 0).all()
+        assert np.array_equal(x, truth) and np.array_equal(y, labels)
     assert verify(tmp_path / "c") == []
 
 
@@ -134,7 +133,7 @@ def test_real_spoken_digits(fsdd_root, tmp_path):
     m = _convert(fsdd_root / "recordings", tmp_path / "d", limit=300)
     assert m["classes"] == [str(d) for d in range(10)] and m["count"] == 300
     paths = sorted((fsdd_root / "recordings").glob("*.wav"))[:300]
-    truth = [_decode_truth(p) for p in paths]
+    truth = [decode_audio_truth(p) for p in paths]
     for fmt in FORMATS:
         x, y, length = read_all(tmp_path / "d", fmt)
         assert np.array_equal(x, np.stack([t[0] for t in truth]))

@@ -13,14 +13,29 @@ from torch import nn
 
 @dataclass(kw_only=True)
 class UNetConfig:
-    in_channels: int = 3
-    image_size: int = 32
+    in_channels: int = 3  # RGB; 1 for log-mel spectrograms
+    out_channels: int | None = None  # None: as in_channels, since the network predicts noise of the input's shape
+    image_size: int = 32  # CIFAR-10; must be divisible by 2 ** (len(ch_mult) - 1)
     ch: int = 128  # base width; every level is a multiple of it
     ch_mult: tuple[int, ...] = (1, 2, 2, 2)  # 32 -> 16 -> 8 -> 4 for CIFAR-10
-    num_res_blocks: int = 2
+    num_res_blocks: int = 2  # per level, as in the paper (the up path has one more, fed by the downsampler's skip)
     attn_resolutions: tuple[int, ...] = (16,)  # self-attention is quadratic in pixels: only at 16x16 in the paper
     dropout: float = 0.1  # the paper's CIFAR-10 value; it overfits without it
-    groups: int = 32  # GroupNorm groups
+    groups: int = 32  # GroupNorm groups, the paper's value; every width must be divisible by it
+
+    def __post_init__(self) -> None:
+        down = 2 ** (len(self.ch_mult) - 1)
+        problems = [
+            (self.image_size % down == 0, f"image_size {self.image_size} is not divisible by {down} (ch_mult)"),
+            (
+                all(self.ch * m % self.groups == 0 for m in self.ch_mult),
+                f"a width is not divisible by groups={self.groups}",
+            ),
+            (0.0 <= self.dropout < 1.0, f"dropout {self.dropout} is outside [0, 1)"),
+        ]
+        for ok, message in problems:
+            if not ok:
+                raise ValueError(f"UNetConfig: {message}")
 
 
 def ddpm_cifar10(**overrides) -> UNetConfig:
@@ -72,9 +87,12 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
-        q, k, v = self.qkv(self.norm(x)).reshape(b, 3, c, h * w).transpose(-1, -2).unbind(1)
-        out = F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]  # one head, as in the paper
-        return x + self.proj(out.transpose(-1, -2).reshape(b, c, h, w))
+        # (b, hw, 3, c): pixels as tokens, channels last, a free view when x is channels_last (as on the GPU), and
+        # the layout attention kernels want; one head, as in the paper
+        q, k, v = self.qkv(self.norm(x)).permute(0, 2, 3, 1).reshape(b, 1, h * w, 3, c).unbind(3)
+        out = F.scaled_dot_product_attention(q, k, v).reshape(b, h, w, c).permute(0, 3, 1, 2)
+        # back in x's layout, so a contiguous (NCHW) model does not flip layouts at every residual add
+        return x + self.proj(out if x.is_contiguous(memory_format=torch.channels_last) else out.contiguous())
 
 
 class UNet(nn.Module):
@@ -105,7 +123,8 @@ class UNet(nn.Module):
                     nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(cur, cur, 3, padding=1))
                 )
                 res *= 2
-        self.out = nn.Sequential(nn.GroupNorm(g, cur), nn.SiLU(), nn.Conv2d(cur, cfg.in_channels, 3, padding=1))
+        out_ch = cfg.out_channels or cfg.in_channels
+        self.out = nn.Sequential(nn.GroupNorm(g, cur), nn.SiLU(), nn.Conv2d(cur, out_ch, 3, padding=1))
 
     def _block(self, res_block: ResBlock, resolution: int, ch: int) -> nn.ModuleList:
         attn = [Attention(ch, self.cfg.groups)] if resolution in self.cfg.attn_resolutions else []

@@ -36,8 +36,8 @@ class DatasetMeta:
 class FormatWriter(ABC):
     """Writes one format into `out_dir` (the temporary conversion directory)."""
 
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
-        self.out_dir, self.meta, self.workers = Path(out_dir), meta, workers
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+        self.out_dir, self.meta, self.workers, self.progress = Path(out_dir), meta, workers, progress
 
     @abstractmethod
     def write(self, chunk: Chunk) -> None:

@@ -38,8 +38,8 @@ def data_ext(kind: str) -> str:
 
 
 class DaliWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
-        super().__init__(out_dir, meta, workers)
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+        super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
         self.count, self.shards, self.tar = 0, [], None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from .base import DatasetMeta, FormatWriter
 
 FILENAME = "data.beton"
 STAGING = "ffcv-staging.bin"
+WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: small enough to balance two workers
 
 
 def field_names(kind: str) -> tuple[str, ...]:
@@ -45,9 +48,39 @@ class StagedRecords:
         return x, int(self.labels[i]), int(self.lengths[i])
 
 
+class _Span:
+    """Samples [start, stop) as FFCV's writer workers iterate a work item: (destination, source) pairs.
+
+    `DatasetWriter.from_indexed_dataset` materialises `list(enumerate(indices))`, ~120 bytes per sample held in the
+    parent for the whole write (120 MB at a million samples); a span pickles to a few bytes whatever its size."""
+
+    def __init__(self, start: int, stop: int) -> None:
+        self.start, self.stop = start, stop
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((i, i) for i in range(self.start, self.stop))
+
+
+@contextmanager
+def _ffcv_progress(show: bool):
+    """FFCV's writer draws its own tqdm bar; `--quiet` must silence it too, so swap its tqdm while writing."""
+    import ffcv.writer
+    from tqdm import tqdm
+
+    saved = ffcv.writer.tqdm
+    ffcv.writer.tqdm = partial(tqdm, desc="ffcv", unit="sample", disable=not show)
+    try:
+        yield
+    finally:
+        ffcv.writer.tqdm = saved
+
+
 class FfcvWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
-        super().__init__(out_dir, meta, workers)
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+        super().__init__(out_dir, meta, workers, progress)
         self.staging = self.out_dir / STAGING
         self._f = open(self.staging, "wb")
         self.labels: list[np.ndarray] = []
@@ -68,14 +101,19 @@ class FfcvWriter(FormatWriter):
         return {"audio": data, "label": IntField(), "length": IntField()}
 
     def finish(self) -> list[Path]:
-        from ffcv.writer import DatasetWriter
+        from ffcv.writer import DatasetWriter, worker_job_indexed_dataset
 
         self._f.close()
         labels = np.concatenate(self.labels) if self.labels else np.zeros(0, np.int64)
         lengths = np.concatenate(self.lengths) if self.lengths else None
         records = StagedRecords(self.staging, self.meta, labels, lengths)
         writer = DatasetWriter(str(self.out_dir / FILENAME), self._fields(), num_workers=max(1, self.workers))
-        writer.from_indexed_dataset(records, chunksize=256)
+        with _ffcv_progress(self.progress):
+            if hasattr(writer, "_write_common"):  # ffcv 1.0.x: feed work as spans, see _Span
+                spans = [_Span(i, min(i + WRITE_CHUNK, len(records))) for i in range(0, len(records), WRITE_CHUNK)]
+                writer._write_common(len(records), spans, worker_job_indexed_dataset, (records,))
+            else:
+                writer.from_indexed_dataset(records, chunksize=WRITE_CHUNK)
         self.staging.unlink()
         return [Path(FILENAME)]
 

@@ -21,8 +21,8 @@ def sample_path(index: int, kind: str) -> str:
 
 
 class FilesWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
-        super().__init__(out_dir, meta, workers)
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+        super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
         self._index = open(self.root / "index.csv", "w", newline="")

@@ -25,10 +25,10 @@ CHUNK_SAMPLES = 16
 
 
 class Hdf5Writer(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1) -> None:
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
         import h5py
 
-        super().__init__(out_dir, meta, workers)
+        super().__init__(out_dir, meta, workers, progress)
         self.f = h5py.File(self.out_dir / FILENAME, "w")
         shape = tuple(meta.sample_shape)
         per_chunk = max(1, CHUNK_SAMPLES * 3072 // meta.record_bytes)  # ~48 KiB chunks whatever the sample size
