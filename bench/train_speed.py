@@ -7,6 +7,8 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_channels_last          + channels_last model and batch
     bf16_cl_compile             + torch.compile (default mode)
     bf16_cl_compile_cudagraphs  + CUDA graphs (compile mode "reduce-overhead")
+    bf16_cl_cudagraphs_torch_gn the same with PyTorch's nn.GroupNorm, which turns channels_last into NCHW (as before
+                                training.model.GroupNorm kept the layout): the layout copies it costs
     bf16_compile_cudagraphs     the same in NCHW: do channels_last <-> contiguous copies cost more than NHWC wins?
     bf16_cl_loss_cudagraphs     compile the whole loss (timestep and noise draw, q_sample, UNet, MSE), CUDA graphs
     bf16_cl_max_autotune        compile "max-autotune": Triton/cuDNN choices benchmarked, CUDA graphs (slow warm-up)
@@ -29,21 +31,25 @@ import time
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from training.diffusion import GaussianDiffusion
-from training.model import MODEL_PRESETS, UNet
+from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops
 
 from .env import run_record
 
 BF16 = torch.bfloat16
 # name: (autocast dtype, channels_last, torch.compile mode, what is compiled: the UNet as in training.loop, or the loss)
+# a name ending in TORCH_GN runs the UNet with PyTorch's own nn.GroupNorm
+TORCH_GN = "_torch_gn"
 MODES = {
     "fp32_eager": (None, False, None, None),
     "bf16_eager": (BF16, False, None, None),
     "bf16_channels_last": (BF16, True, None, None),
     "bf16_cl_compile": (BF16, True, "default", "model"),
     "bf16_cl_compile_cudagraphs": (BF16, True, "reduce-overhead", "model"),
+    "bf16_cl_cudagraphs" + TORCH_GN: (BF16, True, "reduce-overhead", "model"),
     "bf16_compile_cudagraphs": (BF16, False, "reduce-overhead", "model"),
     "bf16_cl_loss_cudagraphs": (BF16, True, "reduce-overhead", "loss"),
     "bf16_cl_max_autotune": (BF16, True, "max-autotune", "model"),
@@ -61,6 +67,10 @@ def build_step(mode: str, args: argparse.Namespace, x0: torch.Tensor):
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = UNet(MODEL_PRESETS[args.model]()).to(args.device, memory_format=fmt)
+    if mode.endswith(TORCH_GN):
+        for m in model.modules():
+            if isinstance(m, GroupNorm):
+                m.__class__ = nn.GroupNorm  # the subclass adds no state: same parameters, PyTorch's forward
     x = x0.contiguous(memory_format=fmt)
     diffusion = GaussianDiffusion().to(args.device)
     opt = torch.optim.Adam(model.parameters(), lr=2e-4, fused=cuda)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from training.diffusion import GaussianDiffusion
-from training.model import MODEL_PRESETS, UNet, UNetConfig, ddpm_audio_mel, ddpm_cifar10, tiny
+from training.model import MODEL_PRESETS, GroupNorm, UNet, UNetConfig, ddpm_audio_mel, ddpm_cifar10, tiny
 from training.profiling import count_train_flops, peak_tflops, profile_steps
 
 
@@ -54,6 +54,22 @@ def test_channels_last_gives_the_same_output():
         model = model.to(memory_format=torch.channels_last)
         out = model(x.contiguous(memory_format=torch.channels_last), t)
     assert torch.allclose(ref, out, atol=1e-5)
+
+
+def test_group_norm_keeps_channels_last_and_matches_pytorch():
+    torch.manual_seed(0)
+    ours, ref = GroupNorm(8, 64), torch.nn.GroupNorm(8, 64)
+    with torch.no_grad():
+        ours.weight.normal_(), ours.bias.normal_()
+    ref.load_state_dict(ours.state_dict())
+    x = torch.randn(3, 64, 8, 8).contiguous(memory_format=torch.channels_last).requires_grad_()
+    y, r = ours(x), ref(x)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y, r, atol=1e-5, rtol=1e-5)
+    (grad,) = torch.autograd.grad(y.square().sum(), x)
+    (ref_grad,) = torch.autograd.grad(r.square().sum(), x)
+    assert grad.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(grad, ref_grad, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize(

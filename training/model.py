@@ -64,12 +64,32 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.cat([torch.sin(args), torch.cos(args)], dim=1)
 
 
+class GroupNorm(nn.GroupNorm):
+    """nn.GroupNorm that keeps a channels_last input channels_last. PyTorch's CUDA kernel, and Inductor's
+    decomposition of it, make the input contiguous (NCHW) first, so in a channels_last UNet every norm cost a layout
+    copy and the convolution after it another, forward and backward: the largest avoidable cost of a compiled step on
+    an H100 (docs/BENCHMARKS.md). Same arithmetic (fp32 statistics, fp32 output under autocast), same parameters."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4 or not x.is_contiguous(memory_format=torch.channels_last):
+            return super().forward(x)
+        b, c, h, w = x.shape
+        out_dtype = torch.float32 if torch.is_autocast_enabled(x.device.type) else x.dtype
+        # splitting C into (groups, C // groups) is a view in NHWC; element-wise ops then keep NHWC strides
+        xg = x.float().view(b, self.num_groups, c // self.num_groups, h, w)
+        var, mean = torch.var_mean(xg, dim=(2, 3, 4), correction=0, keepdim=True)
+        y = ((xg - mean) * torch.rsqrt(var + self.eps)).view(b, c, h, w)
+        if self.affine:
+            y = y * self.weight.float().view(1, c, 1, 1) + self.bias.float().view(1, c, 1, 1)
+        return y.to(out_dtype)
+
+
 class ResBlock(nn.Module):
     def __init__(self, cin: int, cout: int, temb: int, dropout: float, groups: int) -> None:
         super().__init__()
-        self.norm1, self.conv1 = nn.GroupNorm(groups, cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.norm1, self.conv1 = GroupNorm(groups, cin), nn.Conv2d(cin, cout, 3, padding=1)
         self.temb = nn.Linear(temb, cout)
-        self.norm2, self.conv2 = nn.GroupNorm(groups, cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.norm2, self.conv2 = GroupNorm(groups, cout), nn.Conv2d(cout, cout, 3, padding=1)
         self.dropout = nn.Dropout(dropout)
         self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
 
@@ -83,7 +103,7 @@ class ResBlock(nn.Module):
 class Attention(nn.Module):
     def __init__(self, ch: int, groups: int) -> None:
         super().__init__()
-        self.norm, self.qkv, self.proj = nn.GroupNorm(groups, ch), nn.Conv2d(ch, 3 * ch, 1), nn.Conv2d(ch, ch, 1)
+        self.norm, self.qkv, self.proj = GroupNorm(groups, ch), nn.Conv2d(ch, 3 * ch, 1), nn.Conv2d(ch, ch, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
@@ -124,7 +144,7 @@ class UNet(nn.Module):
                 )
                 res *= 2
         out_ch = cfg.out_channels or cfg.in_channels
-        self.out = nn.Sequential(nn.GroupNorm(g, cur), nn.SiLU(), nn.Conv2d(cur, out_ch, 3, padding=1))
+        self.out = nn.Sequential(GroupNorm(g, cur), nn.SiLU(), nn.Conv2d(cur, out_ch, 3, padding=1))
 
     def _block(self, res_block: ResBlock, resolution: int, ch: int) -> nn.ModuleList:
         attn = [Attention(ch, self.cfg.groups)] if resolution in self.cfg.attn_resolutions else []
