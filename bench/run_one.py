@@ -115,7 +115,8 @@ def train(loader, job: Job) -> dict:
         summary = main(cfg, loader=loader).to_dict()
     if summary["stopped_by"]:  # Ctrl-C or SIGTERM cut the run short: its figures are not a measurement
         raise KeyboardInterrupt(summary["stopped_by"])
-    return {k: v for k, v in summary.items() if k not in ("losses", "config", "backend")}
+    kept = {k: v for k, v in summary.items() if k not in ("losses", "config", "backend")}
+    return kept | {"compile_mode": cfg.compile_mode if job.compile else None}
 
 
 def measure(job: Job, trace_path: Path) -> dict:

@@ -33,7 +33,9 @@ class TrainConfig:
     ema: float = 0.9999  # EMA decay of the sampling weights, as in the paper
     precision: str = "bf16"  # bf16 autocast needs no loss scaling; fp16 adds a GradScaler; fp32 for reference
     compile: bool = False  # torch.compile the UNet: faster on GPU after a minute of compiling, pointless on CPU
-    compile_mode: str = "default"  # "reduce-overhead" adds CUDA graphs (pays when launches dominate small batches)
+    # CUDA graphs ("reduce-overhead"): a compiled ddpm_cifar10 step at batch 128 is launch-bound without them, 2,588 vs
+    # 5,049 img/s on an H100 (docs/BENCHMARKS.md); "default" for plain Inductor kernels; ignored on CPU
+    compile_mode: str = "reduce-overhead"
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
