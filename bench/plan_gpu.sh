@@ -3,18 +3,19 @@
 # device time: each step below is one device command under 10 minutes, and each begins by preparing the data when it
 # is missing (a fresh machine has none), so the steps can run on different machines and in any order.
 #
-#   bash bench/plan_gpu.sh f1        # CIFAR-10, ddpm_cifar10 b128 bf16 compiled: torch at workers 0,4,16        3-5 min
-#   bash bench/plan_gpu.sh f1b       # ... pin on/off for torch and hdf5 at 4 workers; ffcv, dali, gpu at 4       4-7 min
-#   bash bench/plan_gpu.sh f2        # tiny b512, --cpus 4: where torch starves and what fixes it                ~4 min
-#   bash bench/plan_gpu.sh xcheck    # profiler trace vs CUDA events, starved and fed runs (tiny and cifar)     3-4 min
+#   bash bench/plan_gpu.sh f1        # CIFAR-10, ddpm_cifar10 b128 bf16 compiled: torch at workers 0,4,16    6.2 min*
+#   bash bench/plan_gpu.sh f1b       # ... pin on/off for torch and hdf5 at 4 workers; ffcv, dali, gpu at 4   7.3 min*
+#   bash bench/plan_gpu.sh f2        # tiny b512, --cpus 4: where torch starves and what fixes it                ~6 min
+#   bash bench/plan_gpu.sh xcheck    # profiler trace vs CUDA events, starved and fed runs (tiny and cifar)   6.3 min*
 #   bash bench/plan_gpu.sh f3        # FSDD audio, ddpm_audio_mel b128, --cpus 4                                  ~6 min
+# (* measured on the H100 machine, prep excluded; prep takes ~1.3 min for both datasets on 16 cores)
 # In that order of priority; f1b, f2 and f3 end with what `train --loader fastest` picks from their results. Each
-# grid prints its estimate first; add ~1 min for `prep` on a fresh machine. A step that ran out of time can be rerun:
+# grid prints its estimate first (they ran ~1.5x over it). A step that ran out of time can be rerun:
 # --resume skips the runs already in its results directory (same machine only).
 #
 # The reduction, and why each finding is still answered:
 # - f1: the issue asks every backend x workers 0,4,8,16 x pin_memory (40 configurations; ~20 s each compiled, x2
-#   repeats: ~27 min). At ~3,100 img/s (compiled ddpm_cifar10) only the torch baseline can starve: it delivers ~6,000
+#   repeats: ~27 min). At ~5,000 img/s (ddpm_cifar10 compiled with CUDA graphs) only the torch baseline can starve: it delivers ~6,000
 #   img/s at 4 workers with no model, every other backend 35x more (docs/BENCHMARKS.md). So torch gets workers 0,4,16,
 #   pin_memory on/off is measured where it applies (torch, hdf5) at 4 workers, and ffcv, dali, gpu one point each at 4
 #   workers (a 16-core node's share per GPU with DDP on 4 GPUs). 20 runs, data-free included.
@@ -23,8 +24,8 @@
 #   steps resolve a 1% share at these step times; 2 repeats everywhere, for the range in the report.
 # - torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph + AOT autograd caches).
 # Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm, so f1b resumes f1's directory),
-# copied to $OUT/results/<step>/ after every grid: one JSON per run, results.csv, results.md, plot-*.png, grid.log,
-# traces/ for xcheck. Back on the lead's machine, merge f1 (and f1b) into one directory and run `bench report DIR`.
+# archived to $OUT/<step>.tgz after every grid: one JSON per run, results.csv, results.md, plot-*.png, grid.log
+# (xcheck's traces/ stay on the machine: tens of MB). f1b adds to f1's directory and archive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEP=${1:?usage: bash bench/plan_gpu.sh prep|f1|f1b|f2|f3|xcheck}
@@ -60,12 +61,13 @@ prep() {  # ~1 min on 16 cores: real CIFAR-10 train (50,000) and FSDD (3,000 cli
     fi
 }
 
-bench() {  # bench STEP_DIR ARGS...: run a grid into $RESULTS/STEP_DIR, report it, copy it to $OUT/results/
+bench() {  # bench STEP_DIR ARGS...: run a grid into $RESULTS/STEP_DIR, report it, archive it to $OUT/STEP_DIR.tgz
     local name=$1 status=0
     shift
     $PY -m bench loaders --device cuda --no-progress --resume --out "$RESULTS/$name" "$@" || status=$?
     $PY -m bench report "$RESULTS/$name" || true
-    mkdir -p "$OUT/results" && cp -r "$RESULTS/$name" "$OUT/results/"
+    # one archive per step: the device tool brings back at most 8 files of 16 MiB (xcheck's traces stay behind)
+    mkdir -p "$OUT" && tar czf "$OUT/$name.tgz" --exclude=traces -C "$RESULTS" "$name"
     [ $status = 0 ] || echo "bench $name: exit $status (failed runs are listed in its results.md)" >&2
 }
 
@@ -73,7 +75,7 @@ fastest() {  # fastest STEP_DIR DATA MODEL BATCH: what `train --loader fastest` 
     [ -d "$RESULTS/$1" ] || { echo "no $RESULTS/$1 on this machine: run its step first" >&2; return; }
     $PY -c "import sys; from bench.fastest import choose; c = choose('$DATA/$2', device='cuda', model='$3', \
 batch_size=$4, results_dir='$RESULTS/$1'); print('$1:', c)" | tee "$RESULTS/$1/fastest.txt"
-    cp "$RESULTS/$1/fastest.txt" "$OUT/results/$1/"
+    tar czf "$OUT/$1.tgz" --exclude=traces -C "$RESULTS" "$1"
 }
 
 CIFAR=(--data "$DATA/cifar10" --batch-size 128 --model ddpm_cifar10 --compile --precision bf16)
@@ -86,7 +88,7 @@ case $STEP in
         bench f1 "${CIFAR[@]}" --backends ffcv,dali,gpu --workers 4 --steps 60 --warmup 15 --repeats 2
         fastest f1 cifar10 ddpm_cifar10 128 ;;
     f2) prep; bench f2 --data "$DATA/cifar10" --batch-size 512 --model tiny --cpus 4 \
-            --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 --pin-memory on --steps 60 --warmup 15 --repeats 2
+            --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 --pin-memory on --steps 200 --warmup 15 --repeats 2
         fastest f2 cifar10 tiny 512 ;;
     f3) prep; bench f3 --data "$DATA/fsdd" --batch-size 128 --model ddpm_audio_mel --cpus 4 \
             --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 --pin-memory on --steps 30 --warmup 8 --repeats 2
