@@ -15,8 +15,8 @@
 #
 # The reduction, and why each finding is still answered:
 # - f1: the issue asks every backend x workers 0,4,8,16 x pin_memory (40 configurations; ~20 s each compiled, x2
-#   repeats: ~27 min). At ~5,000 img/s (ddpm_cifar10 compiled with CUDA graphs) only the torch baseline can starve: it delivers ~6,000
-#   img/s at 4 workers with no model, every other backend 35x more (docs/BENCHMARKS.md). So torch gets workers 0,4,16,
+#   repeats: ~27 min). At ~5,000 img/s (ddpm_cifar10 compiled with CUDA graphs) only the torch baseline can
+#   starve: it delivers ~6,000 img/s at 4 workers with no model, every other backend 35x more (docs/BENCHMARKS.md). So torch gets workers 0,4,16,
 #   pin_memory on/off is measured where it applies (torch, hdf5) at 4 workers, and ffcv, dali, gpu one point each at 4
 #   workers (a 16-core node's share per GPU with DDP on 4 GPUs). 20 runs, data-free included.
 # - f2/f3: 4 cores per run; workers 0 and 3 (3 workers + the training process fill the 4 cores).

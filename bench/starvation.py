@@ -11,6 +11,9 @@ On CUDA the events execute on the stream in order, so `begin[i+1] - end[i]` is e
 nothing of this loop to run: it finished step i and step i+1 had not been enqueued yet, because the host was
 waiting for the batch (or copying it). When the host is ahead, step i+1 is already queued and the gap is ~0.
 On CPU there is no queue: starvation is the share of wall time spent blocked in `next()`.
+
+Work between steps that is not waiting for input (sample grids, checkpoints) goes inside `with timer.paused():`
+and is left out of both the idle gaps and the span.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TypeVar
 
@@ -62,6 +66,7 @@ class StepTimer:
         self._end_wall: list[float] = []
         self._begin: list = []
         self._end: list = []
+        self._pauses: list[tuple] = []  # (after step index, host t0, host t1, CUDA event at start, at end)
         _latest[0] = self
 
     def fetch(self, it: Iterator[T]) -> T:
@@ -75,16 +80,27 @@ class StepTimer:
     def step_begin(self) -> None:
         self.wall.append(time.perf_counter())
         if self.cuda:
-            ev = self._torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._begin.append(ev)
+            self._begin.append(self._event())
 
     def step_end(self) -> None:
         self._end_wall.append(time.perf_counter())
         if self.cuda:
-            ev = self._torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._end.append(ev)
+            self._end.append(self._event())
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Between steps: time spent here (sampling, checkpointing) is neither training nor waiting for input."""
+        t0, ev0 = time.perf_counter(), self._event() if self.cuda else None
+        try:
+            yield
+        finally:
+            ev1 = self._event() if self.cuda else None
+            self._pauses.append((len(self.wall) - 1, t0, time.perf_counter(), ev0, ev1))
+
+    def _event(self):
+        ev = self._torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
 
     def window(self, skip: int = 0, stop: int | None = None) -> tuple[float, float]:
         """Host clock (perf_counter) from the fetch of step `skip` to the end of step `stop - 1`: the span to which
@@ -101,14 +117,18 @@ class StepTimer:
             self._torch.cuda.synchronize()
         # waits[i] is the fetch of the batch that step i consumes
         waits = self.waits[skip:n]
+        pauses = [p for p in self._pauses if skip <= p[0] < n - 1]  # those between two measured steps
         if self.cuda:
-            gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 for i in range(skip, n - 1)]
-            span = self._begin[skip].elapsed_time(self._end[n - 1]) / 1e3
+            cut = [0.0] * len(self.wall)
+            for i, _, _, ev0, ev1 in pauses:
+                cut[i] += ev0.elapsed_time(ev1) / 1e3
+            gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 - cut[i] for i in range(skip, n - 1)]
+            span = self._begin[skip].elapsed_time(self._end[n - 1]) / 1e3 - sum(cut)
             idle = sum(max(0.0, g) for g in gaps)
             wall_s, source = span, "cuda-events"
         else:
             # the CPU does the step itself, so time blocked on input is time not training
-            wall_s = self._end_wall[n - 1] - self._fetch_t0[skip]
+            wall_s = self._end_wall[n - 1] - self._fetch_t0[skip] - sum(t1 - t0 for _, t0, t1, _, _ in pauses)
             idle, source = sum(waits), "host-wait"
         return StarvationSummary(
             steps=n - skip,

@@ -39,6 +39,16 @@ def cifar_jpg_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def cifar_small(cifar_jpg_root, tmp_path_factory) -> Path:
+    """512 real CIFAR-10 training images in HDF5, as the training tests' loaders read them."""
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path_factory.mktemp("train-data") / "cifar512"
+    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=512, workers=1, progress=False))
+    return out
+
+
+@pytest.fixture(scope="session")
 def fsdd_root(tmp_path_factory) -> Path:
     """The real spoken-digit clips: ROOT/recordings/<digit>_<speaker>_<n>.wav."""
     return _unpack("fsdd-wav.tar.gz", tmp_path_factory)

@@ -24,13 +24,16 @@ def sleeping_batches(seconds: float):
         yield object()
 
 
-def timed_run(fetch_s: float, step_s: float, steps: int, warmup: int = 2) -> StepTimer:
+def timed_run(fetch_s: float, step_s: float, steps: int, warmup: int = 2, pause_s: float = 0.0) -> StepTimer:
     timer, it = StepTimer("cpu"), sleeping_batches(fetch_s)
     for _ in range(warmup + steps):
         timer.fetch(it)
         timer.step_begin()
         time.sleep(step_s)
         timer.step_end()
+        if pause_s:
+            with timer.paused():
+                time.sleep(pause_s)
     return timer
 
 
@@ -41,6 +44,13 @@ def test_sleeping_loader_starvation_is_sleep_over_sleep_plus_step():
     assert s.starvation == pytest.approx(0.4, abs=TOLERANCE)
     assert s.wait_median_ms == pytest.approx(20, abs=3)
     assert s.gpu_idle_s == pytest.approx(20 * 0.020, rel=0.15)
+
+
+def test_paused_time_is_neither_training_nor_starvation():
+    """A 60 ms pause after every step (a sample grid, a checkpoint) leaves 40% starvation and a 50 ms/step span."""
+    s = timed_run(0.020, 0.030, steps=10, pause_s=0.060).summary(skip=2)
+    assert s.starvation == pytest.approx(0.4, abs=TOLERANCE)
+    assert s.wall_s == pytest.approx(10 * 0.050, rel=0.15)
 
 
 def test_fast_loader_is_not_starved_and_slow_one_is():

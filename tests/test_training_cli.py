@@ -18,16 +18,6 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-@pytest.fixture(scope="module")
-def cifar_small(cifar_jpg_root, tmp_path_factory):
-    """128 real CIFAR-10 training images, prepared as the loaders read them."""
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("cli-data") / "cifar128"
-    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=128, workers=1, progress=False))
-    return out
-
-
 def base_args(data, out) -> list[str]:
     opts = "--loader gpu --model tiny --batch-size 8 --precision fp32 --device cpu --workers 0 --no-pin-memory"
     opts += " --sample-every 0 --no-progress --log-every 2 --timing-warmup 1"

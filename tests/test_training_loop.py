@@ -7,43 +7,11 @@ import json
 
 import pytest
 import torch
+from training_helpers import tiny_cfg
 
 from training.checkpoint import CKPT_NAME, CheckpointError
 from training.config import MODEL_NAMES, TrainConfig
 from training.loop import main
-
-
-@pytest.fixture(scope="module")
-def cifar_small(cifar_jpg_root, tmp_path_factory):
-    """512 real CIFAR-10 training images, prepared as the loaders read them."""
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("train-data") / "cifar512"
-    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=512, workers=1, progress=False))
-    return out
-
-
-def tiny_cfg(data, out, **kw) -> TrainConfig:
-    base = dict(
-        data=data,
-        out=out,
-        loader="gpu",
-        model="tiny",
-        batch_size=16,
-        steps=12,
-        lr=1e-3,
-        warmup=0,
-        precision="fp32",
-        device="cpu",
-        workers=0,
-        pin_memory=False,
-        sample_every=0,
-        log_every=4,
-        ckpt_every=4,
-        timing_warmup=2,
-        progress=False,
-    )
-    return TrainConfig(**(base | kw))
 
 
 @pytest.mark.slow

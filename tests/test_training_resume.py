@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from training_helpers import tiny_cfg
 
 from training.checkpoint import CKPT_NAME, CheckpointError
 from training.config import TrainConfig
@@ -21,48 +22,22 @@ from training.loop import main
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def cifar_small(cifar_jpg_root, tmp_path_factory):
-    """256 real CIFAR-10 training images, prepared as the loaders read them."""
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("resume-data") / "cifar256"
-    convert(ConvertConfig(output=out, input=cifar_jpg_root, formats=("hdf5",), limit=256, workers=1, progress=False))
-    return out
-
-
-def tiny_cfg(data, out, **kw) -> TrainConfig:
-    base = dict(
-        data=data,
-        out=out,
-        loader="gpu",
-        model="tiny",
-        batch_size=8,
-        steps=4,
-        warmup=0,
-        precision="fp32",
-        device="cpu",
-        workers=0,
-        pin_memory=False,
-        sample_every=0,
-        log_every=2,
-        ckpt_every=2,
-        timing_warmup=1,
-        progress=False,
-    )
-    return TrainConfig(**(base | kw))
+def short_cfg(data, out, **kw):
+    """Four steps of 8 images, a checkpoint every 2: enough to kill and resume between checkpoints."""
+    base = dict(batch_size=8, steps=4, lr=2e-4, log_every=2, ckpt_every=2, timing_warmup=1)
+    return tiny_cfg(data, out, **(base | kw))
 
 
 def test_resume_without_checkpoint_fails(cifar_small, tmp_path):
     """--resume on a RUN_DIR without ckpt.pt is an error, not a silent fresh start."""
     with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
-        main(tiny_cfg(cifar_small, tmp_path / "empty", resume=True))
+        main(short_cfg(cifar_small, tmp_path / "empty", resume=True))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupt_checkpoint_fails(cifar_small, tmp_path, damage):
     """A truncated or garbage ckpt.pt gives a CheckpointError naming the file."""
-    cfg = tiny_cfg(cifar_small, tmp_path / "run", steps=2)
+    cfg = short_cfg(cifar_small, tmp_path / "run", steps=2)
     main(cfg)
     path = tmp_path / "run" / CKPT_NAME
     data = path.read_bytes()
@@ -73,7 +48,7 @@ def test_corrupt_checkpoint_fails(cifar_small, tmp_path, damage):
 
 def test_mismatched_checkpoint_fails(cifar_small, tmp_path):
     """Resuming with another model or batch size names the mismatch instead of training on."""
-    cfg = tiny_cfg(cifar_small, tmp_path / "run", steps=2)
+    cfg = short_cfg(cifar_small, tmp_path / "run", steps=2)
     main(cfg)
     with pytest.raises(CheckpointError, match="saved for a different model"):
         main(TrainConfig(**(cfg.__dict__ | {"resume": True, "model": "ddpm_cifar10"})))
@@ -118,7 +93,7 @@ def _ddp_worker(rank: int, world: int, port: int, data: str, out: str, result_di
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
     )
     torch.set_num_threads(1)
-    summary = main(tiny_cfg(Path(data), Path(out), steps=6, log_every=3, ckpt_every=3))
+    summary = main(short_cfg(Path(data), Path(out), steps=6, log_every=3, ckpt_every=3))
     Path(result_dir, f"rank{rank}.json").write_text(json.dumps(summary.to_dict()))
 
 

@@ -174,13 +174,15 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             drain()
             log.window(step, losses[-1], timer, flops)
         if cfg.sample_every and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main:
-            log.samples(ema_model, diffusion, tuple(sample_shape), kind, step)
+            with timer.paused():  # the GPU samples here: neither training nor starving
+                log.samples(ema_model, diffusion, tuple(sample_shape), kind, step)
         # ranks must stop at the same step; they agree at log steps only, as agreeing costs a device sync
         if not info.enabled or at_log:
             stopping = ddp.any_rank(stop.received is not None, info, device)
         if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps or stopping):
             drain()
-            _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
+            with timer.paused():
+                _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
 
     # the loop
     # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures
