@@ -112,3 +112,16 @@ def test_quiet_silences_every_progress_bar(tmp_path):
     assert r.exit_code == 0 and r.output.strip().splitlines() == [f"wrote 20 samples to {tmp_path / 'q'} (ffcv)"]
     r = CliRunner().invoke(cli, [*args, "--output", str(tmp_path / "v")])
     assert r.exit_code == 0 and "convert: 100%" in r.output and "ffcv: 100%" in r.output
+
+
+def test_limit_with_more_workers_than_cores_finishes(cifar_jpg_root, tmp_path):
+    """--limit stops reading mid-way: the decoding pool must close cleanly. Terminating 16 busy workers on a
+    2-core machine deadlocked on the pool's result lock (the command hung after writing everything)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(cifar_jpg_root), "--output",
+           str(tmp_path / "out"), "--format", "hdf5", "--limit", "1500", "--workers", "16", "--quiet"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "wrote 1,500 samples" in done.stdout

@@ -36,6 +36,13 @@ def _safe(decode: Callable, path: Path):
         return False, f"{type(e).__name__}: {e}"
 
 
+def _ignore_sigint() -> None:
+    """In decoding workers: Ctrl-C is for the parent, which stops the pool (else every worker prints a traceback)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class FileSource(Source):
     """`items` is [(path, label)] in output order; `decode(path) -> (x, length | None)` must be picklable."""
 
@@ -53,9 +60,27 @@ class FileSource(Source):
             return
         from functools import partial
 
+        fn, block = partial(_safe, self.decode), 4 * 64 * workers  # paths in flight at most
         # forkserver, not fork: after FFCV or DALI started threads in this process, a forked child can deadlock
-        with mp.get_context("forkserver").Pool(workers) as pool:
-            yield from pool.imap(partial(_safe, self.decode), paths, chunksize=64)
+        pool = mp.get_context("forkserver").Pool(workers, initializer=_ignore_sigint)
+        results = iter(())
+        try:
+            for start in range(0, len(paths), block):
+                results = pool.imap(fn, paths[start : start + block], chunksize=64)
+                yield from results
+            pool.close()
+        except GeneratorExit:
+            # the consumer has enough (--limit): finish the block in flight and close; terminating workers while they
+            # write results can deadlock the pool on its result lock (seen with 16 workers on 2 cores)
+            for _ in results:
+                pass
+            pool.close()
+            raise
+        except BaseException:  # Ctrl-C or an error: stop now
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped = [], [], [], []
