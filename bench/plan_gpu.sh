@@ -3,13 +3,15 @@
 # device time: each step below is one device command under 10 minutes, and each begins by preparing the data when it
 # is missing (a fresh machine has none), so the steps can run on different machines and in any order.
 #
-#   bash bench/plan_gpu.sh f1        # CIFAR-10, ddpm_cifar10 b128 bf16 compiled: torch at workers 0,4,16    6.2 min*
-#   bash bench/plan_gpu.sh f1b       # ... pin on/off for torch and hdf5 at 4 workers; ffcv, dali, gpu at 4   7.3 min*
+#   bash bench/plan_gpu.sh f1        # CIFAR-10, ddpm_cifar10 b128 bf16 compiled: torch at workers 0,4,16    7.7 min*
+#   bash bench/plan_gpu.sh f1b       # ... every backend at 4 workers: gpu, ffcv (then f1c on the same machine) 7.6 min
+#   bash bench/plan_gpu.sh f1c       # ... dali; pin on/off for torch and hdf5; what `fastest` picks         6.5 min
 #   bash bench/plan_gpu.sh f2        # tiny b512, --cpus 4: where torch starves and what fixes it                ~6 min
 #   bash bench/plan_gpu.sh xcheck    # profiler trace vs CUDA events, starved and fed runs (tiny and cifar)   6.3 min*
 #   bash bench/plan_gpu.sh f3        # FSDD audio, ddpm_audio_mel b128, --cpus 4                                  ~6 min
-# (* measured on the H100 machine, prep excluded; prep takes ~1.3 min for both datasets on 16 cores)
-# In that order of priority; f1b, f2 and f3 end with what `train --loader fastest` picks from their results. Each
+# (* measured on the H100 machine, prep excluded; prep takes ~1.3 min for both datasets on 16 cores. A compiled grid's
+# first run on a fresh machine compiles cold, ~3 min; the rest load the cache and take ~40 s each with CUDA graphs.)
+# In that order of priority; f1c, f2 and f3 end with what `train --loader fastest` picks from their results. Each
 # grid prints its estimate first (they ran ~1.5x over it). A step that ran out of time can be rerun:
 # --resume skips the runs already in its results directory (same machine only).
 #
@@ -23,12 +25,13 @@
 # - Steps: 60 measured after 15 warm-up (f3: 30 after 8): starvation is summed gaps over the span, and tens of
 #   steps resolve a 1% share at these step times; 2 repeats everywhere, for the range in the report.
 # - torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph + AOT autograd caches).
-# Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm, so f1b resumes f1's directory),
-# archived to $OUT/<step>.tgz after every grid: one JSON per run, results.csv, results.md, plot-*.png, grid.log
-# (xcheck's traces/ stay on the machine: tens of MB). f1b adds to f1's directory and archive.
+# Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm, so f1c resumes f1b's directory and
+# its data-free runs), archived to $OUT/<step>.tgz after every grid: one JSON per run, results.csv, results.md,
+# plot-*.png, grid.log (xcheck's traces/ stay on the machine: tens of MB). f1 and f1b each measure their own
+# data-free rate: every ratio compares runs of one machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STEP=${1:?usage: bash bench/plan_gpu.sh prep|f1|f1b|f2|f3|xcheck}
+STEP=${1:?usage: bash bench/plan_gpu.sh prep|f1|f1b|f1c|f2|f3|xcheck}
 OUT=${OUT:-$PWD/gpu-out}  # the device tool sets OUT to the folder it brings back
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -83,10 +86,11 @@ case $STEP in
     prep) prep ;;
     f1) prep; bench f1 "${CIFAR[@]}" --backends torch --workers 0,4,16 --pin-memory on --steps 60 --warmup 15 \
             --repeats 2 ;;
-    f1b) prep  # same directory: the data-free runs and torch at 4 workers with pin on are already there
-        bench f1 "${CIFAR[@]}" --backends torch,hdf5 --workers 4 --pin-memory on,off --steps 60 --warmup 15 --repeats 2
-        bench f1 "${CIFAR[@]}" --backends ffcv,dali,gpu --workers 4 --steps 60 --warmup 15 --repeats 2
-        fastest f1 cifar10 ddpm_cifar10 128 ;;
+    f1b) prep; bench f1b "${CIFAR[@]}" --backends gpu,ffcv --workers 4 --steps 60 --warmup 15 --repeats 2 ;;
+    f1c) prep  # same directory as f1b: its data-free runs are reused
+        bench f1b "${CIFAR[@]}" --backends dali,hdf5,torch --workers 4 --pin-memory on,off --steps 60 --warmup 15 \
+            --repeats 2
+        fastest f1b cifar10 ddpm_cifar10 128 ;;
     f2) prep; bench f2 --data "$DATA/cifar10" --batch-size 512 --model tiny --cpus 4 \
             --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 --pin-memory on --steps 200 --warmup 15 --repeats 2
         fastest f2 cifar10 tiny 512 ;;
@@ -98,5 +102,5 @@ case $STEP in
             --workers 3 --pin-memory on --steps 40 --warmup 10 --crosscheck
         bench xcheck "${CIFAR[@]}" --backends torch,gpu --workers 0 --pin-memory on --steps 40 --warmup 15 \
             --crosscheck ;;
-    *) echo "unknown step $STEP: prep, f1, f1b, f2, f3 or xcheck" >&2; exit 2 ;;
+    *) echo "unknown step $STEP: prep, f1, f1b, f1c, f2, f3 or xcheck" >&2; exit 2 ;;
 esac
