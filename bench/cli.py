@@ -80,13 +80,22 @@ def cli() -> None:
 @click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events.")
 @click.option("--resume", is_flag=True, help="Skip configurations whose JSON is already in --out.")
 @click.option(
+    "--time-limit",
+    "time_limit_min",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Minutes: start no configuration expected to end later (the first always runs); finish with --resume.",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks].",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def loaders(data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, **options) -> None:
+def loaders(
+    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, **options
+) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots."""
     from .fastest import default_results_dir
     from .grid import GridConfig, run_grid
@@ -114,6 +123,7 @@ def loaders(data: Path, backends, workers, pins, batch_sizes, device, cpus, out,
         device=device,
         cpus=cpus,
         progress=not no_progress,
+        time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
     )
     try:

@@ -39,6 +39,9 @@ class GridConfig:
     repeats: int = 1  # >= 2 on the GPU for a run-to-run range
     crosscheck: bool = False  # add one profiled run per configuration: trace-derived starvation (GPU only)
     resume: bool = False  # skip configurations whose JSON already exists in `out`
+    # stop starting configurations that would end past this many seconds (a leased GPU machine's command limit);
+    # the rest are left for a rerun with resume. None: run the whole grid
+    time_limit_s: float | None = None
     progress: bool = True
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
@@ -67,6 +70,7 @@ class GridOutcome:
     done: list[Path]  # JSONs of configurations that finished (this run or, with resume, before)
     failed: list[str]  # names of configurations whose run failed (their JSON holds the error)
     interrupted: bool
+    left: int = 0  # configurations not started because of the time limit
 
 
 def child_env(cfg: GridConfig) -> dict[str, str]:
@@ -127,6 +131,10 @@ def finished(path: Path, job: Job) -> bool:
     return same and "figures" in rec
 
 
+def _grid_id(path: Path) -> str:
+    return json.loads(path.read_text())["job"].get("grid_id") or ""
+
+
 def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     """Run every configuration, print the estimate first, finalize (data-free ratios, verdicts, CSV) at the end,
     also after Ctrl-C, which is re-raised as KeyboardInterrupt once the finished results are safe."""
@@ -135,9 +143,12 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     from .results import finalize
 
     cfg.out.mkdir(parents=True, exist_ok=True)
-    grid_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    jobs = cfg.jobs(grid_id)
-    todo = [j for j in jobs if not (cfg.resume and finished(cfg.out / f"{j.name}.json", j))]
+    jobs = cfg.jobs()
+    done = [j for j in jobs if cfg.resume and finished(cfg.out / f"{j.name}.json", j)]
+    # a resumed grid keeps its id: `fastest` reads one grid, the latest, and must see all of it
+    grid_id = min((_grid_id(cfg.out / f"{j.name}.json") for j in done), default="")
+    jobs = cfg.jobs(grid_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
+    todo = [j for j in jobs if not any(j.name == d.name for d in done)]
     echo(
         f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
         f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
@@ -145,20 +156,31 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     env, outcome = child_env(cfg), GridOutcome([], [], False)
     outcome.done = [cfg.out / f"{j.name}.json" for j in jobs if j not in todo]
     bar = tqdm(todo, desc="bench", unit="config", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
+    t_start, took = time.perf_counter(), []
     try:
         with open(cfg.out / "grid.log", "ab") as log:
-            for job in bar:
+            for i, job in enumerate(bar):
+                # expected to take as long as the slowest of the last three (past the first's cold compile); the
+                # first always runs, so every call makes progress
+                expected = max(took[-3:], default=0.0)
+                if cfg.time_limit_s is not None and time.perf_counter() - t_start + expected > cfg.time_limit_s:
+                    outcome.left = len(todo) - i
+                    break
                 bar.set_postfix_str(job.name, refresh=True)
                 log.write(f"\n=== {time.strftime('%H:%M:%S')} {job.name}\n".encode())
                 log.flush()
-                path = cfg.out / f"{job.name}.json"
+                path, t0 = cfg.out / f"{job.name}.json", time.perf_counter()
                 ok = run_job(job, path, env, max(600.0, 10 * estimate_s([job])), log)
+                took.append(time.perf_counter() - t0)
+                log.write(f"=== {job.name}: {'done' if ok else 'FAILED'} in {took[-1]:.1f} s\n".encode())
                 (outcome.done if ok else outcome.failed).append(path if ok else job.name)
     except KeyboardInterrupt:
         outcome.interrupted = True
     finally:
         bar.close()
         finalize(cfg.out)
+    if outcome.left:
+        echo(f"time limit: {outcome.left} configurations not started; rerun the same command with --resume")
     if outcome.interrupted:
         raise KeyboardInterrupt(f"{len(outcome.done)} finished configurations kept in {cfg.out}")
     return outcome

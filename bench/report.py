@@ -5,6 +5,7 @@ and CPU cost per 1,000 samples against workers, one colour per backend, pin_memo
 from __future__ import annotations
 
 import os
+import statistics
 from collections import defaultdict
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def write_report(results_dir: Path) -> Path:
         if free:
             rates = sorted(r["samples_per_s"] for r in free)
             lines += [
-                f"Data-free rate (the model on a batch already on the device): median {_fmt(rates[len(rates) // 2])}"
+                f"Data-free rate (the model on a batch already on the device): median {_fmt(statistics.median(rates))}"
                 f" samples/s, range {_fmt(min(rates))}–{_fmt(max(rates))} over {len(rates)} runs.",
                 "",
             ]
@@ -198,7 +199,7 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
         ax.set(xlabel="workers (processes or threads)", ylabel=ylabel, title=title, xticks=xs)
         ax.grid(alpha=0.3)
     if free:
-        rate = sorted(r["samples_per_s"] for r in free)[len(free) // 2]
+        rate = statistics.median(r["samples_per_s"] for r in free)
         axes[0].axhline(rate, color="black", linestyle=":", label=f"data-free rate ({rate:,.0f}/s)")
     for level in (5, 20):
         axes[1].axhline(level, color="gray", linestyle=":", linewidth=1)

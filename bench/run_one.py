@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from .job import Job
 
 
@@ -185,18 +187,21 @@ def record(job: Job, out: Path) -> dict:
     }
     rec["compile_cache"] = compile_cache() if job.compile else None
     rec["figures"] = measure(job, out.parent / "traces" / f"{job.name}.trace.json.gz")
+    # interpreter start to here: what a configuration costs beyond its steps (imports, compile, workers)
+    rec["figures"]["process_s"] = time.time() - psutil.Process().create_time()
     return rec
 
 
 def compile_cache() -> dict:
     """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid)."""
+    import torch._functorch.config as functorch
     import torch._inductor.config as inductor
 
     return {
-        "kind": "persistent inductor FX graph cache",
+        "kind": "persistent inductor FX graph and AOT autograd caches",
         "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
-        "autograd_cache": bool(getattr(inductor, "autograd_cache", False)),
+        "autograd_cache": bool(getattr(functorch, "enable_autograd_cache", False)),
     }
 
 

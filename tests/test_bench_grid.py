@@ -186,3 +186,32 @@ def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
     assert finished(first, hdf5) and not finished(out / f"{torch_job.name}.json", torch_job)
     cfg.steps = 10
     assert not finished(first, cfg.jobs()[0])
+
+
+@pytest.mark.slow
+def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp_path):
+    """A limit shorter than any run: one configuration runs; --resume runs the rest as the same grid for `fastest`."""
+    from bench.results import load_records
+
+    cfg = GridConfig(
+        data=image_data,
+        out=tmp_path / "results",
+        backends=("hdf5", "gpu"),
+        workers=(0,),
+        pin_memory=(True,),
+        batch_sizes=(32,),
+        steps=3,
+        warmup=1,
+        device="cpu",
+        progress=False,
+        time_limit_s=0.5,
+    )
+    lines: list[str] = []
+    first = run_grid(cfg, echo=lines.append)
+    assert len(first.done) == 1 and first.left == 1 and not first.failed
+    assert "1 configurations not started" in lines[-1] and "--resume" in lines[-1]
+    cfg.resume, cfg.time_limit_s = True, None
+    second = run_grid(cfg, echo=lines.append)
+    assert len(second.done) == 2 and second.left == 0 and "(1 already done)" in lines[-1]
+    assert len({r["job"]["grid_id"] for r in load_records(cfg.out)}) == 1
+    assert "done in" in (cfg.out / "grid.log").read_text()
