@@ -53,4 +53,5 @@ def hardware() -> dict:
 
 def run_record() -> dict:
     return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
-            "commit": git_commit(), "hardware": hardware(), "versions": versions()}  # fmt: skip
+            "commit": git_commit(), "host": platform.node(),  # data-free rates pair with runs of the same host
+            "hardware": hardware(), "versions": versions()}  # fmt: skip

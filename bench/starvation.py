@@ -40,6 +40,11 @@ class StarvationSummary:
     wait_p95_ms: float
     wait_max_ms: float
     source: str  # "cuda-events" or "host-wait"
+    # Is the host ahead of the device? Host time to enqueue a step, and (CUDA) the share of steps the host began only
+    # after the device had finished the previous one: near 1 the loop is host-bound at step boundaries, so any host
+    # work between steps (fetching the batch too) idles the GPU one for one; near 0 a queued step hides it.
+    enqueue_median_ms: float = 0.0
+    host_behind: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +71,7 @@ class StepTimer:
         self._end_wall: list[float] = []
         self._begin: list = []
         self._end: list = []
+        self._behind: list[bool] = []  # per step_begin after the first: previous step already done on the device
         self._pauses: list[tuple] = []  # (after step index, host t0, host t1, CUDA event at start, at end)
         _latest[0] = self
 
@@ -80,6 +86,8 @@ class StepTimer:
     def step_begin(self) -> None:
         self.wall.append(time.perf_counter())
         if self.cuda:
+            if self._end:
+                self._behind.append(self._end[-1].query())  # cudaEventQuery: no sync
             self._begin.append(self._event())
 
     def step_end(self) -> None:
@@ -130,6 +138,8 @@ class StepTimer:
             # the CPU does the step itself, so time blocked on input is time not training
             wall_s = self._end_wall[n - 1] - self._fetch_t0[skip] - sum(t1 - t0 for _, t0, t1, _, _ in pauses)
             idle, source = sum(waits), "host-wait"
+        behind = self._behind[skip : n - 1] if self.cuda else []  # _behind[i] is step i+1's begin
+        enqueue = [self._end_wall[i] - self.wall[i] for i in range(skip, n)]
         return StarvationSummary(
             steps=n - skip,
             wall_s=wall_s,
@@ -139,6 +149,8 @@ class StepTimer:
             wait_p95_ms=1e3 * _percentile(waits, 0.95),
             wait_max_ms=1e3 * max(waits),
             source=source,
+            enqueue_median_ms=1e3 * statistics.median(enqueue),
+            host_behind=sum(behind) / len(behind) if behind else None,
         )
 
 
