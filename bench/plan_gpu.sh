@@ -4,6 +4,7 @@
 # (GPUFEED_MINUTES, default 9) are spent: repeat the same command until it prints "complete" for every step.
 #
 #   bash bench/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
+#   bash bench/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
 #   bash bench/plan_gpu.sh f2 f3       # tiny b512 --cpus 4; spoken-digit audio, ddpm_audio_mel b128 --cpus 4
 #   bash bench/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
 #   bash bench/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu)
@@ -21,7 +22,7 @@
 # `train --loader fastest` picks from them). xcheck's traces stay on the machine (tens of MB).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f2 f3 xcheck gputest)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f1host f2 f3 xcheck gputest)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # the device tool sets OUT to the folder it brings back
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -88,6 +89,8 @@ for STEP in "$@"; do
         prep) prep ;;
         f1) prep; bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
                 --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2 ;;
+        f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
+                --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 1 ;;
         f2) prep; bench f2 cifar10 tiny 512 --cpus 4 --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 \
                 --pin-memory on --steps 200 --warmup 20 --repeats 2 ;;
         f3) prep; bench f3 fsdd ddpm_audio_mel 128 --cpus 4 --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 \
@@ -98,6 +101,6 @@ for STEP in "$@"; do
             bench xcheck cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,gpu --workers 0 --pin-memory on \
                 --steps 40 --warmup 15 --crosscheck ;;
         gputest) mkdir -p "$OUT"; $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" ;;
-        *) echo "unknown step $STEP: prep, f1, f2, f3, xcheck or gputest" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1host, f2, f3, xcheck or gputest" >&2; exit 2 ;;
     esac
 done
