@@ -131,9 +131,11 @@ def loaders(
     except KeyboardInterrupt as e:
         click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
         raise SystemExit(130) from None
-    click.echo(
-        f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed; report: {write_report(cfg.out)}"
-    )
+    try:
+        report = f"report: {write_report(cfg.out)}"
+    except ValueError:  # only data-free runs so far (a time limit stopped the grid early): nothing to compare yet
+        report = "no loader run finished yet, so no report"
+    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed; {report}")
     if outcome.failed:
         raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
 

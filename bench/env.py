@@ -47,11 +47,12 @@ def hardware() -> dict:
     info = {"cpu": cpu, "cpus_allowed": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
     if torch.cuda.is_available():
         info |= {"gpu": torch.cuda.get_device_name(), "gpu_count": torch.cuda.device_count(),
-                 "cuda": torch.version.cuda}  # fmt: skip
+                 "cuda": torch.version.cuda,
+                 # which physical GPU: a resumed grid may span machines, and ratios pair runs of one GPU
+                 "gpu_uuid": str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)}  # fmt: skip
     return info
 
 
 def run_record() -> dict:
     return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
-            "commit": git_commit(), "host": platform.node(),  # data-free rates pair with runs of the same host
-            "hardware": hardware(), "versions": versions()}  # fmt: skip
+            "commit": git_commit(), "hardware": hardware(), "versions": versions()}  # fmt: skip

@@ -169,19 +169,28 @@ def verdict(g: dict, peers: list[dict]) -> str:
 
 
 def attach_data_free(records: list[dict]) -> None:
-    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario."""
+    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario, from runs
+    on the same GPU where there are any (a grid resumed on another machine measures its own)."""
     rows = {r["name"]: flat(r) for r in records if "figures" in r}
     free = defaultdict(list)
-    for row in rows.values():
-        if row["kind"] == "data_free":
-            free[tuple(row[k] for k in SCENARIO)].append(row["samples_per_s"])
+    for rec in records:
+        row = rows.get(rec["name"])
+        if row and row["kind"] == "data_free":
+            scenario = tuple(row[k] for k in SCENARIO)
+            free[scenario].append(row["samples_per_s"])
+            free[(scenario, _gpu_uuid(rec))].append(row["samples_per_s"])
     for rec in records:
         row = rows.get(rec["name"])
         if row and row["kind"] == "loader" and row["model"] != "none":
-            rates = free.get(tuple(row[k] for k in SCENARIO))
+            scenario = tuple(row[k] for k in SCENARIO)
+            rates = free.get((scenario, _gpu_uuid(rec))) or free.get(scenario)
             if rates:
                 rec["data_free_rate"] = statistics.median(rates)
                 rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]
+
+
+def _gpu_uuid(rec: dict) -> str | None:
+    return rec.get("run", {}).get("hardware", {}).get("gpu_uuid")
 
 
 def finalize(results_dir: Path) -> list[dict]:

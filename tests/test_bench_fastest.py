@@ -182,3 +182,24 @@ def test_train_loader_fastest_uses_the_choice(small_data, tmp_path, monkeypatch)
         out=tmp_path / "run",
     )
     assert main(cfg).backend == "hdf5"
+
+
+def test_data_free_rate_pairs_runs_of_the_same_gpu():
+    """A grid resumed on another machine: each loader run is set against the data-free runs of its own GPU, and
+    against all of them only where its GPU measured none."""
+    from bench.results import attach_data_free
+
+    def rec(kind: str, rate: float, uuid: str | None) -> dict:
+        job = Job(kind=kind, data="d", backend="gpu" if kind == "loader" else None, workers=None, pin_memory=None,
+                  batch_size=64, model="tiny", steps=200, warmup=20, device="cuda", cpus=None,
+                  compile=False)  # fmt: skip
+        hw = {"gpu_uuid": uuid} if uuid else {}
+        waits = {"wait_median_ms": 0, "wait_p95_ms": 0, "wait_max_ms": 0}
+        figures = {"samples_per_s": rate, "starvation": {"starvation": 0.0, "source": "cuda-events", **waits}}
+        return {"name": f"{kind}-{rate}", "job": job.to_dict(), "run": {"hardware": hw}, "figures": figures}
+
+    records = [rec("data_free", 1000.0, "A"), rec("data_free", 900.0, "B"), rec("loader", 990.0, "A"),
+               rec("loader", 891.0, "B"), rec("loader", 950.0, "C")]  # fmt: skip
+    attach_data_free(records)
+    assert [r.get("data_free_rate") for r in records[2:]] == [1000.0, 900.0, 950.0]
+    assert records[2]["vs_data_free"] == pytest.approx(0.99) and records[3]["vs_data_free"] == pytest.approx(0.99)

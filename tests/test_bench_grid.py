@@ -190,28 +190,22 @@ def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
 
 @pytest.mark.slow
 def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp_path):
-    """A limit shorter than any run: one configuration runs; --resume runs the rest as the same grid for `fastest`."""
+    """`--time-limit` shorter than any run: only the data-free run (first) runs, exit 0 and a hint; `--resume` runs the
+    rest as the same grid, which is what `fastest` reads."""
+    from click.testing import CliRunner
+
+    from bench.cli import cli
     from bench.results import load_records
 
-    cfg = GridConfig(
-        data=image_data,
-        out=tmp_path / "results",
-        backends=("hdf5", "gpu"),
-        workers=(0,),
-        pin_memory=(True,),
-        batch_sizes=(32,),
-        steps=3,
-        warmup=1,
-        device="cpu",
-        progress=False,
-        time_limit_s=0.5,
-    )
-    lines: list[str] = []
-    first = run_grid(cfg, echo=lines.append)
-    assert len(first.done) == 1 and first.left == 1 and not first.failed
-    assert "1 configurations not started" in lines[-1] and "--resume" in lines[-1]
-    cfg.resume, cfg.time_limit_s = True, None
-    second = run_grid(cfg, echo=lines.append)
-    assert len(second.done) == 2 and second.left == 0 and "(1 already done)" in lines[-1]
-    assert len({r["job"]["grid_id"] for r in load_records(cfg.out)}) == 1
-    assert "done in" in (cfg.out / "grid.log").read_text()
+    out = tmp_path / "results"
+    args = ["loaders", "--data", str(image_data), "--backends", "hdf5,gpu", "--workers", "0", "--pin-memory", "on",
+            "--batch-size", "32", "--model", "tiny", "--steps", "3", "--warmup", "1", "--device", "cpu",
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    first = CliRunner().invoke(cli, [*args, "--time-limit", "0.001"])
+    assert first.exit_code == 0, first.output
+    assert "time limit: 2 configurations not started" in first.output and "--resume" in first.output
+    assert "no loader run finished yet" in first.output and len(load_records(out)) == 1
+    second = CliRunner().invoke(cli, [*args, "--resume"])
+    assert second.exit_code == 0 and "(1 already done)" in second.output and "report:" in second.output
+    assert len({r["job"]["grid_id"] for r in load_records(out)}) == 1 and len(load_records(out)) == 3
+    assert "done in" in (out / "grid.log").read_text()
