@@ -55,6 +55,7 @@ def _row(g: dict) -> str:
         _fmt(g["vs_data_free"], ".1%"),
         _fmt(g["starvation"], ".1%"),
         _fmt(g["wait_p95_ms"], ".1f"),
+        _fmt(g["host_behind"], ".0%"),
         _fmt(g["first_batch_s"], ".2f"),
         _fmt(g["cpu_cores"], ".1f"),
         _fmt(g["cpu_s_per_1k_samples"], ".2f"),
@@ -68,9 +69,9 @@ def _row(g: dict) -> str:
 
 
 HEADER = (
-    "| backend | workers | pin | samples/s median (range) | of data-free | starvation | wait p95 ms | first batch s "
-    "| CPU cores | CPU s / 1k samples | peak mem MiB | GPU util % | power W | runs | verdict |\n"
-    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+    "| backend | workers | pin | samples/s median (range) | of data-free | starvation | wait p95 ms | host behind "
+    "| first batch s | CPU cores | CPU s / 1k samples | peak mem MiB | GPU util % | power W | runs | verdict |\n"
+    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
 )
 
 

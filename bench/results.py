@@ -41,6 +41,7 @@ CSV_COLUMNS = [
     "wait_median_ms",
     "wait_p95_ms",
     "wait_max_ms",
+    "host_behind",
     "first_batch_s",
     "cpu_cores",
     "cpu_s_per_1k_samples",
@@ -85,6 +86,7 @@ def flat(rec: dict) -> dict:
             "wait_median_ms": s["wait_median_ms"],
             "wait_p95_ms": s["wait_p95_ms"],
             "wait_max_ms": s["wait_max_ms"],
+            "host_behind": s.get("host_behind"),  # absent before commit 9f61c13
         }
     if "starvation" in f.get("crosscheck", {}):
         row |= {
@@ -110,6 +112,7 @@ def group(rows: list[dict]) -> list[dict]:
             "wait_median_ms",
             "wait_p95_ms",
             "wait_max_ms",
+            "host_behind",
             "first_batch_s",
             "cpu_cores",
             "cpu_s_per_1k_samples",
