@@ -11,11 +11,14 @@
 #
 # Grids, as the issue asks, 2 repeats each (median and range; every repeat measures its own data-free rate):
 # - f1: every backend x workers 0,4,8,16 x pin_memory on/off: 24 loader configurations + data-free = 52 runs,
-#   200 measured steps after 20 warm-up. ~33 s each with a warm compile cache, ~30 min in all: 4 calls.
+#   200 measured steps after 20 warm-up. Measured: 35-45 s each with a warm compile cache (~20 s of it loading the
+#   compiled graphs and capturing CUDA graphs), 160 s for the first on a fresh machine: ~36 min, 4-5 calls.
 # - f2: tiny b512 on 4 cores, every backend, workers 0,3 (3 workers + the training process fill the 4 cores), 200
 #   measured steps (60 in an earlier version were 1.7 s, too short: the spread between repeats was +-15%).
 # - f3: audio on 4 cores, the same backends and workers, eager (as the audio UNet trains by default), 60 measured
 #   steps (0.18 s each: an 11 s window).
+# Device notes: a fresh machine needs the staged extras (../shared/device/README.md) plus the soxr wheel for the
+# audio prep (carry .whl/ and pip-install it into /tmp/site); `.devdata/` with the two dataset archives is found too.
 # torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
 # Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm), archived to $OUT/<step>.tgz after
 # every call: one JSON per run, results.csv, results.md, plot-*.png, grid.log, fastest.txt (what
