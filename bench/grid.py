@@ -148,7 +148,8 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     # a resumed grid keeps its id: `fastest` reads one grid, the latest, and must see all of it
     grid_id = min((_grid_id(cfg.out / f"{j.name}.json") for j in done), default="")
     jobs = cfg.jobs(grid_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
-    todo = [j for j in jobs if not any(j.name == d.name for d in done)]
+    finished_names = {j.name for j in done}
+    todo = [j for j in jobs if j.name not in finished_names]
     echo(
         f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
         f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
