@@ -51,8 +51,8 @@ class DaliLoader(Loader):
                 pad_last_batch=True,  # no sample of the next epoch leaks into the last batch of this one
             )  # fmt: skip
             data = fn.reshape(data, shape=m["sample_shape"], layout="HWC" if image else "")
-            if self.gpu:
-                data = data.gpu()
+            if self.gpu:  # labels too: a CPU label tensor would need a pageable copy, which waits for the GPU
+                data, label = data.gpu(), label.gpu()
             if image:
                 mirror = fn.random.coin_flip(probability=0.5) if o.augment else 0
                 data = fn.crop_mirror_normalize(data, dtype=types.FLOAT, output_layout="CHW", mean=[127.5] * 3,
