@@ -22,7 +22,9 @@
 # torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
 # Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm), archived to $OUT/<step>.tgz after
 # every call: one JSON per run, results.csv, results.md, plot-*.png, grid.log, fastest.txt (what
-# `train --loader fastest` picks from them). xcheck's traces stay on the machine (tens of MB).
+# `train --loader fastest` picks from them). xcheck's traces stay on the machine (tens of MB). A machine lost midway
+# (a reply saying "warm": false) loses /tmp: unpack the last STEP.tgz into a carried folder and copy it to
+# $RESULTS/STEP before repeating the step; each run is paired with the data-free runs of its own GPU (uuid).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f1host f2 f3 xcheck gputest)" >&2; exit 2; }

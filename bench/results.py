@@ -16,6 +16,9 @@ from pathlib import Path
 
 INPUT_BOUND, HIGHLY = 0.05, 0.20
 NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
+# The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, or any
+# call that waits for the GPU): the GPU then idles inside the steps too, which between-step starvation does not count
+BEHIND, SHORT_OF_DATA_FREE = 0.5, 0.97
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile")
 KNOBS = ("backend", "workers", "pin_memory")
 CSV_COLUMNS = [
@@ -163,6 +166,10 @@ def verdict(g: dict, peers: list[dict]) -> str:
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
         who = "GPU idle" if g["device"] == "cuda" else "training blocked"
         head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
+        behind, ratio = g.get("host_behind"), g.get("vs_data_free")
+        if behind is not None and behind >= BEHIND and ratio is not None and ratio < SHORT_OF_DATA_FREE:
+            head += (f"; the host fell behind the GPU on {behind:.0%} of the steps (a synchronising copy, e.g. "
+                     "pin_memory off): the shortfall is inside the steps")  # fmt: skip
     change = best_change(g, peers)
     if change is None:
         return head + "; best in this grid"
@@ -173,17 +180,18 @@ def verdict(g: dict, peers: list[dict]) -> str:
 
 def attach_data_free(records: list[dict]) -> None:
     """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario, from runs
-    on the same GPU where there are any (a grid resumed on another machine measures its own)."""
-    rows = {r["name"]: flat(r) for r in records if "figures" in r}
+    on the same GPU where there are any (a grid resumed on another machine measures its own; two machines may each
+    hold a run of the same name, so records are told apart by identity, not name)."""
+    rows = {id(r): flat(r) for r in records if "figures" in r}
     free = defaultdict(list)
     for rec in records:
-        row = rows.get(rec["name"])
+        row = rows.get(id(rec))
         if row and row["kind"] == "data_free":
             scenario = tuple(row[k] for k in SCENARIO)
             free[scenario].append(row["samples_per_s"])
             free[(scenario, _gpu_uuid(rec))].append(row["samples_per_s"])
     for rec in records:
-        row = rows.get(rec["name"])
+        row = rows.get(id(rec))
         if row and row["kind"] == "loader" and row["model"] != "none":
             scenario = tuple(row[k] for k in SCENARIO)
             rates = free.get((scenario, _gpu_uuid(rec))) or free.get(scenario)

@@ -186,7 +186,7 @@ def test_train_loader_fastest_uses_the_choice(small_data, tmp_path, monkeypatch)
 
 def test_data_free_rate_pairs_runs_of_the_same_gpu():
     """A grid resumed on another machine: each loader run is set against the data-free runs of its own GPU, and
-    against all of them only where its GPU measured none."""
+    against all of them only where its GPU measured none. Runs of the same name on two machines both count."""
     from bench.results import attach_data_free
 
     def rec(kind: str, rate: float, uuid: str | None) -> dict:
@@ -196,10 +196,20 @@ def test_data_free_rate_pairs_runs_of_the_same_gpu():
         hw = {"gpu_uuid": uuid} if uuid else {}
         waits = {"wait_median_ms": 0, "wait_p95_ms": 0, "wait_max_ms": 0}
         figures = {"samples_per_s": rate, "starvation": {"starvation": 0.0, "source": "cuda-events", **waits}}
-        return {"name": f"{kind}-{rate}", "job": job.to_dict(), "run": {"hardware": hw}, "figures": figures}
+        return {"name": f"{kind}-r1", "job": job.to_dict(), "run": {"hardware": hw}, "figures": figures}
 
     records = [rec("data_free", 1000.0, "A"), rec("data_free", 900.0, "B"), rec("loader", 990.0, "A"),
                rec("loader", 891.0, "B"), rec("loader", 950.0, "C")]  # fmt: skip
     attach_data_free(records)
     assert [r.get("data_free_rate") for r in records[2:]] == [1000.0, 900.0, 950.0]
     assert records[2]["vs_data_free"] == pytest.approx(0.99) and records[3]["vs_data_free"] == pytest.approx(0.99)
+
+
+def test_verdict_names_a_host_that_falls_behind():
+    """A run that is 92% of the data-free rate at 2.5% starvation, the host behind on every step (pin_memory off in
+    finding 1): the verdict must say where the rest went; a fed run at 0% behind must not."""
+    from bench.results import verdict
+
+    g = dict(model="tiny", device="cuda", starvation=0.025, vs_data_free=0.92, host_behind=1.0, samples_per_s=4600.0)
+    assert "host fell behind the GPU on 100% of the steps" in verdict(g, [])
+    assert "host fell behind" not in verdict(g | dict(vs_data_free=0.998, host_behind=0.0), [])
