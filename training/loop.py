@@ -3,7 +3,8 @@
 Timing is honest by construction: each step is `fetch (host wait) -> step_begin -> enqueue forward, backward,
 clip, optimizer and EMA without a host sync -> step_end`, and the loss is read one step late from a pinned copy (never
 with Tensor.item() on the device, which waits for everything queued), so the host fetches the next batch while the
-device works and a slow loader shows up as idle time between steps, never hidden.
+device works and a slow loader shows up as idle time between steps. A loader that waits for the device itself (a
+copy from pageable memory) makes the host late for every step instead; the timer's host_behind reports that.
 """
 
 from __future__ import annotations
