@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -131,6 +132,46 @@ def finished(path: Path, job: Job) -> bool:
     return same and "figures" in rec
 
 
+def this_gpu_uuid(device: str) -> str | None:
+    """The GPU the runs will use, asked the way each run records it (bench.env.hardware): a child process, so that
+    the grid's own process never initialises CUDA. None on a CPU device or without a GPU."""
+    if not device.startswith("cuda"):
+        return None
+    code = "import torch; print(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    return out.stdout.strip() or None
+
+
+def set_aside_foreign_data_free(
+    out: Path, done: list[Job], jobs: list[Job], gpu_uuid: Callable[[], str | None], echo
+) -> list[Job]:
+    """A grid resumed on another GPU measures that GPU's own data-free rate: ratios compare runs of one machine. For
+    each batch size with loader runs still to do whose finished data-free runs all ran elsewhere, the first of those
+    is renamed after its GPU (kept, and still reported) and runs again here. `gpu_uuid()` says which GPU this is
+    (None: no GPU); it is asked only when there is such a choice. Returns the jobs still finished."""
+    todo_bs = {j.batch_size for j in jobs if j.kind == "loader" and j not in done}
+    candidates = {bs for bs in todo_bs if any(j.kind == "data_free" and j.batch_size == bs for j in done)}
+    gpu = gpu_uuid() if candidates else None
+    for bs in sorted(candidates if gpu else ()):
+        free = [j for j in done if j.kind == "data_free" and j.batch_size == bs]
+        ran_on = [_record_gpu(out / f"{j.name}.json") for j in free]
+        if gpu in ran_on:
+            continue
+        src = out / f"{free[0].name}.json"
+        stem, n = f"{free[0].name}-gpu{(ran_on[0] or 'unknown')[:8]}", 1
+        dst = src.with_name(f"{stem}.json")
+        while dst.exists():  # never rename over a kept result
+            dst, n = src.with_name(f"{stem}-{n}.json"), n + 1
+        src.rename(dst)
+        done = [j for j in done if j is not free[0]]
+        echo(f"{src.name} ran on another GPU: kept as {dst.name}; measuring this GPU's data-free rate")
+    return done
+
+
+def _record_gpu(path: Path) -> str | None:
+    return json.loads(path.read_text()).get("run", {}).get("hardware", {}).get("gpu_uuid")
+
+
 def _grid_id(path: Path) -> str:
     return json.loads(path.read_text())["job"].get("grid_id") or ""
 
@@ -145,6 +186,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     cfg.out.mkdir(parents=True, exist_ok=True)
     jobs = cfg.jobs()
     done = [j for j in jobs if cfg.resume and finished(cfg.out / f"{j.name}.json", j)]
+    done = set_aside_foreign_data_free(cfg.out, done, jobs, lambda: this_gpu_uuid(cfg.device), echo)
     # a resumed grid keeps its id: `fastest` reads one grid, the latest, and must see all of it
     grid_id = min((_grid_id(cfg.out / f"{j.name}.json") for j in done), default="")
     jobs = cfg.jobs(grid_id or datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))

@@ -4,10 +4,11 @@
 # (GPUFEED_MINUTES, default 9) are spent: repeat the same command until it prints "complete" for every step.
 #
 #   bash bench/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
+#   bash bench/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/ (its missing runs)
 #   bash bench/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
 #   bash bench/plan_gpu.sh f2 f3       # tiny b512 --cpus 4; spoken-digit audio, ddpm_audio_mel b128 --cpus 4
 #   bash bench/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
-#   bash bench/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu)
+#   bash bench/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
 #
 # Grids, as the issue asks, 2 repeats each (median and range; every repeat measures its own data-free rate):
 # - f1: every backend x workers 0,4,8,16 x pin_memory on/off: 24 loader configurations + data-free = 52 runs,
@@ -24,10 +25,11 @@
 # every call: one JSON per run, results.csv, results.md, plot-*.png, grid.log, fastest.txt (what
 # `train --loader fastest` picks from them). xcheck's traces stay on the machine (tens of MB). A machine lost midway
 # (a reply saying "warm": false) loses /tmp: unpack the last STEP.tgz into a carried folder and copy it to
-# $RESULTS/STEP before repeating the step; each run is paired with the data-free runs of its own GPU (uuid).
+# $RESULTS/STEP before repeating the step. Each run is paired with the data-free runs of its own GPU (uuid): a grid
+# resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` sees to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f1host f2 f3 xcheck gputest)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 xcheck gputest)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # the device tool sets OUT to the folder it brings back
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -89,11 +91,14 @@ model='$model', batch_size=$batch, results_dir='$RESULTS/$name'))" | tee "$RESUL
 }
 
 CIFAR=(--compile --precision bf16)
+F1=(--backends torch,hdf5,ffcv,dali,gpu --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2)
 for STEP in "$@"; do
     case $STEP in
         prep) prep ;;
-        f1) prep; bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
-                --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2 ;;
+        f1) prep; bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
+        f1rest) prep  # seeded once per machine: a later call resumes what this machine measured
+            [ -d "$RESULTS/f1" ] || { mkdir -p "$RESULTS/f1" && cp bench/results/f1_cifar10_bs128/*.json "$RESULTS/f1/"; }
+            bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
         f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
                 --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 1 ;;
         f2) prep; bench f2 cifar10 tiny 512 --cpus 4 --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 \
@@ -105,7 +110,12 @@ for STEP in "$@"; do
                 --steps 40 --warmup 10 --crosscheck
             bench xcheck cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,gpu --workers 0 --pin-memory on \
                 --steps 40 --warmup 15 --crosscheck ;;
-        gputest) mkdir -p "$OUT"; $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" ;;
-        *) echo "unknown step $STEP: prep, f1, f1host, f2, f3, xcheck or gputest" >&2; exit 2 ;;
+        gputest) mkdir -p "$OUT" "$RESULTS" ../shared/datasets  # the tests' real data (tests/conftest.py)
+            [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp "$(datasets)"/*.tar.gz ../shared/datasets/
+            if [ -f "$RESULTS/pytest_gpu.txt" ]; then echo "gputest: ran earlier on this machine"; continue; fi
+            # a failure is reported, and the steps after it still run
+            $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$RESULTS/pytest_gpu.txt" || echo "gputest: FAILED"
+            cp "$RESULTS/pytest_gpu.txt" "$OUT/" ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, xcheck or gputest" >&2; exit 2 ;;
     esac
 done

@@ -209,3 +209,30 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
     assert second.exit_code == 0 and "(1 already done)" in second.output and "report:" in second.output
     assert len({r["job"]["grid_id"] for r in load_records(out)}) == 1 and len(load_records(out)) == 3
     assert "done in" in (out / "grid.log").read_text()
+
+
+def test_a_grid_resumed_on_another_gpu_measures_its_own_data_free_rate(tmp_path):
+    """Ratios pair runs of one GPU: resumed elsewhere, the first data-free run is kept under its GPU's name and runs
+    again; on its own GPU, or with no loader run left, nothing moves."""
+    from bench.grid import set_aside_foreign_data_free
+
+    cfg = GridConfig(data=tmp_path, out=tmp_path, backends=("hdf5",), workers=(0,), pin_memory=(True,),
+                     model="tiny", repeats=2, device="cuda")  # fmt: skip
+    jobs = cfg.jobs()
+    free0, hdf5_r0, free1, hdf5_r1 = jobs
+    for job, gpu in ((free0, "aaaaaaaa-1"), (hdf5_r0, "aaaaaaaa-1"), (free1, "bbbbbbbb-2")):
+        rec = {"job": job.to_dict(), "figures": {}, "run": {"hardware": {"gpu_uuid": gpu}}}
+        (tmp_path / f"{job.name}.json").write_text(json.dumps(rec))
+    done, said, asked = [free0, hdf5_r0, free1], [], []
+
+    def on(gpu: str):
+        return lambda: asked.append(gpu) or gpu
+
+    assert set_aside_foreign_data_free(tmp_path, done, jobs, on("bbbbbbbb-2"), said.append) == done
+    assert set_aside_foreign_data_free(tmp_path, done, jobs[:3], on("cccccccc-3"), said.append) == done
+    assert len(asked) == 1 and not said  # asked only while a loader run is left
+    (tmp_path / f"{free0.name}-gpuaaaaaaaa.json").write_text("{}")  # an earlier set-aside is never overwritten
+    left = set_aside_foreign_data_free(tmp_path, done, jobs, on("cccccccc-3"), said.append)
+    assert left == [hdf5_r0, free1] and not (tmp_path / f"{free0.name}.json").exists()
+    kept = json.loads((tmp_path / f"{free0.name}-gpuaaaaaaaa-1.json").read_text())
+    assert kept["run"]["hardware"]["gpu_uuid"] == "aaaaaaaa-1" and "measuring this GPU" in said[0]
