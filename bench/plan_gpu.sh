@@ -113,9 +113,9 @@ for STEP in "$@"; do
         gputest) mkdir -p "$OUT" "$RESULTS" ../shared/datasets  # the tests' real data (tests/conftest.py)
             [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp "$(datasets)"/*.tar.gz ../shared/datasets/
             if [ -f "$RESULTS/pytest_gpu.txt" ]; then echo "gputest: ran earlier on this machine"; continue; fi
-            # a failure is reported, and the steps after it still run
-            $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$RESULTS/pytest_gpu.txt" || echo "gputest: FAILED"
-            cp "$RESULTS/pytest_gpu.txt" "$OUT/" ;;
+            # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
+            $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
+            cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
         *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, xcheck or gputest" >&2; exit 2 ;;
     esac
 done
