@@ -133,11 +133,11 @@ def finished(path: Path, job: Job) -> bool:
 
 
 def this_gpu_uuid(device: str) -> str | None:
-    """The GPU the runs will use, asked the way each run records it (bench.env.hardware): a child process, so that
-    the grid's own process never initialises CUDA. None on a CPU device or without a GPU."""
+    """The GPU the runs will use, as each run records it, asked in a child process so that the grid's own process
+    never initialises CUDA. None on a CPU device or without a GPU."""
     if not device.startswith("cuda"):
         return None
-    code = "import torch; print(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)"
+    code = "from bench.env import hardware; print(hardware().get('gpu_uuid', ''))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     return out.stdout.strip() or None
 
