@@ -149,12 +149,14 @@ def set_aside_foreign_data_free(
     each batch size with loader runs still to do whose finished data-free runs all ran elsewhere, the first of those
     is renamed after its GPU (kept, and still reported) and runs again here. `gpu_uuid()` says which GPU this is
     (None: no GPU); it is asked only when there is such a choice. Returns the jobs still finished."""
+    from .results import gpu_uuid as gpu_of
+
     todo_bs = {j.batch_size for j in jobs if j.kind == "loader" and j not in done}
     candidates = {bs for bs in todo_bs if any(j.kind == "data_free" and j.batch_size == bs for j in done)}
     gpu = gpu_uuid() if candidates else None
     for bs in sorted(candidates if gpu else ()):
         free = [j for j in done if j.kind == "data_free" and j.batch_size == bs]
-        ran_on = [_record_gpu(out / f"{j.name}.json") for j in free]
+        ran_on = [gpu_of(json.loads((out / f"{j.name}.json").read_text())) for j in free]
         if gpu in ran_on:
             continue
         src = out / f"{free[0].name}.json"
@@ -166,10 +168,6 @@ def set_aside_foreign_data_free(
         done = [j for j in done if j is not free[0]]
         echo(f"{src.name} ran on another GPU: kept as {dst.name}; measuring this GPU's data-free rate")
     return done
-
-
-def _record_gpu(path: Path) -> str | None:
-    return json.loads(path.read_text()).get("run", {}).get("hardware", {}).get("gpu_uuid")
 
 
 def _grid_id(path: Path) -> str:

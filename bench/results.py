@@ -189,18 +189,19 @@ def attach_data_free(records: list[dict]) -> None:
         if row and row["kind"] == "data_free":
             scenario = tuple(row[k] for k in SCENARIO)
             free[scenario].append(row["samples_per_s"])
-            free[(scenario, _gpu_uuid(rec))].append(row["samples_per_s"])
+            free[(scenario, gpu_uuid(rec))].append(row["samples_per_s"])
     for rec in records:
         row = rows.get(id(rec))
         if row and row["kind"] == "loader" and row["model"] != "none":
             scenario = tuple(row[k] for k in SCENARIO)
-            rates = free.get((scenario, _gpu_uuid(rec))) or free.get(scenario)
+            rates = free.get((scenario, gpu_uuid(rec))) or free.get(scenario)
             if rates:
                 rec["data_free_rate"] = statistics.median(rates)
                 rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]
 
 
-def _gpu_uuid(rec: dict) -> str | None:
+def gpu_uuid(rec: dict) -> str | None:
+    """Which physical GPU a result ran on (None: a CPU run, or a result from before the uuid was recorded)."""
     return rec.get("run", {}).get("hardware", {}).get("gpu_uuid")
 
 
