@@ -7,9 +7,10 @@ the kernels themselves: `ProfiledLoader` wraps the loader the loop consumes, mar
 between the end of fetch j and the start of fetch j+1 is training step j, what was launched inside a fetch is the
 loader's own work (it counts as idle, as between the CUDA events). Then, like StepTimer:
 
-    starvation = sum_j max(0, first_start[j+1] - last_end[j]) / (last_end[last] - first_start[0])
+    starvation = sum_j max(0, first_start[j+1] - last_end[j]) / (last_end[last] - last_end[0])
 
-The last profiled step is left out on both sides (kernels launched after the loop would join it). The trace also
+over steps 1..last, each with the gap before it (as StepTimer counts them). Step 0 only marks where the span starts;
+the last profiled step is left out on both sides (kernels launched after the loop would join it). The trace also
 gives the total idle share (all gaps, within steps too) for reference. GPU only: without CUDA there are no kernels.
 """
 
@@ -128,11 +129,11 @@ def trace_starvation(events: list[dict]) -> dict:
     if len(steps) < 2 or steps != list(range(steps[0], steps[-1] + 1)):
         raise ValueError("fewer than 2 consecutive profiled steps launched GPU work")
     gaps = [max(0.0, first[b] - last[a]) for a, b in zip(steps, steps[1:])]
-    span = last[steps[-1]] - first[steps[0]]
-    busy = _union([(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu], first[steps[0]], last[steps[-1]])
+    span = last[steps[-1]] - last[steps[0]]
+    busy = _union([(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu], last[steps[0]], last[steps[-1]])
     return {
-        "first_fetch": steps[0],  # index among the profiled fetches of the first step the figure covers
-        "steps": len(steps),
+        "first_fetch": steps[0] + 1,  # index among the profiled fetches of the first step the figure covers
+        "steps": len(steps) - 1,
         "span_s": span / 1e6,
         "starvation": sum(gaps) / span if span > 0 else 0.0,
         "idle_total": 1.0 - busy / span if span > 0 else 0.0,

@@ -36,7 +36,8 @@ def versions() -> dict[str, str]:
     return found
 
 
-def hardware() -> dict:
+def hardware(device: str | None = None) -> dict:
+    """CPU, and the GPU `device` runs on (the current one when None; none for a CPU device)."""
     import torch
 
     cpu = platform.processor()
@@ -45,14 +46,15 @@ def hardware() -> dict:
     except (OSError, StopIteration):
         pass
     info = {"cpu": cpu, "cpus_allowed": len(os.sched_getaffinity(0)), "cpus_total": os.cpu_count()}
-    if torch.cuda.is_available():
-        info |= {"gpu": torch.cuda.get_device_name(), "gpu_count": torch.cuda.device_count(),
-                 "cuda": torch.version.cuda,
+    if torch.cuda.is_available() and (device is None or device.startswith("cuda")):
+        index = torch.device(device).index if device else None
+        props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
+        info |= {"gpu": props.name, "gpu_count": torch.cuda.device_count(), "cuda": torch.version.cuda,
                  # which physical GPU: a resumed grid may span machines, and ratios pair runs of one GPU
-                 "gpu_uuid": str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)}  # fmt: skip
+                 "gpu_uuid": str(props.uuid)}  # fmt: skip
     return info
 
 
-def run_record() -> dict:
+def run_record(device: str | None = None) -> dict:
     return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
-            "commit": git_commit(), "hardware": hardware(), "versions": versions()}  # fmt: skip
+            "commit": git_commit(), "hardware": hardware(device), "versions": versions()}  # fmt: skip

@@ -1,7 +1,8 @@
 """`train --loader fastest`: the loader configuration to train with, chosen from bench results.
 
 Among the results for the same data (the manifest digest, so a copy or a move of the directory still matches), the
-same device (type and GPU name), model and batch size, from the latest grid that has any: the configuration with
+same device (type, and GPU name on CUDA), model, batch size, precision and compile setting (a compiled model eats
+faster, so it may need a different loader), from the latest grid that has any: the configuration with
 the highest training rate whose starvation is under 1%; rates within 2% (run-to-run spread) count as a tie, won by
 the configuration that keeps fewer CPU cores busy. With no such results, a short bench runs first, and the reason
 says so.
@@ -54,11 +55,13 @@ def _gpu_name(device: str) -> str | None:
     return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
 
 
-def matching(results_dir: Path, *, digest: str, device: str, model: str, batch_size: int) -> list[dict]:
+def matching(
+    results_dir: Path, *, digest: str, device: str, model: str, batch_size: int, precision: str, compile: bool
+) -> list[dict]:
     """Grouped configurations (bench.results.group) matching, from the latest grid that has any."""
     from .results import flat, group, load_records
 
-    gpu, cores = _gpu_name(device), len(os.sched_getaffinity(0))
+    cuda, gpu, cores = device.startswith("cuda"), _gpu_name(device), len(os.sched_getaffinity(0))
     keep = []
     for rec in load_records(results_dir):
         hw = rec.get("run", {}).get("hardware", {})
@@ -68,8 +71,10 @@ def matching(results_dir: Path, *, digest: str, device: str, model: str, batch_s
             and row["device"] == device.split(":")[0]
             and row["model"] == model
             and row["batch_size"] == batch_size
+            and row["precision"] == precision
+            and bool(row["compile"]) == compile
             and (row["cpus"] or 0) <= cores
-            and hw.get("gpu") == gpu
+            and (not cuda or hw.get("gpu") == gpu)
         ):
             keep.append(row)
     groups = group(keep)
@@ -100,14 +105,23 @@ def pick(groups: list[dict]) -> tuple[dict, str]:
     return win, why
 
 
-def choose(data_dir: Path, *, device: str, model: str, batch_size: int, results_dir: Path | None = None) -> Choice:
+def choose(
+    data_dir: Path,
+    *,
+    device: str,
+    model: str,
+    batch_size: int,
+    precision: str = "bf16",
+    compile: bool = False,
+    results_dir: Path | None = None,
+) -> Choice:
     """The loader configuration for `train --loader fastest`; runs a short bench first when there are no results."""
     from dataprep.manifest import load_manifest
 
     manifest = load_manifest(data_dir)
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
-    key = dict(digest=digest, device=device, model=model, batch_size=batch_size)
+    key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
     for d in dict.fromkeys(dirs):
         groups = matching(d, **key) if d.is_dir() else []
         if groups:
@@ -115,14 +129,17 @@ def choose(data_dir: Path, *, device: str, model: str, batch_size: int, results_
             return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}): {why}")
     out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
     t0 = time.perf_counter()
-    n = short_bench(Path(data_dir), manifest, device, model, batch_size, out)
+    n = short_bench(Path(data_dir), manifest, key, out)
     groups = matching(out, **key)
     if not groups:
-        raise RuntimeError(f"the short bench in {out} finished no configuration; see {out / 'grid.log'}")
+        from loaders import LoaderError
+
+        raise LoaderError(f"the short bench in {out} finished no configuration; see {out / 'grid.log'} for why, or "
+                          f"pass --loader with a backend name")  # fmt: skip
     win, why = pick(groups)
     prefix = (
-        f"no bench results for this data, device, model and batch size: ran a short bench first ({n} runs, "
-        f"{time.perf_counter() - t0:.0f} s, results in {out}); "
+        f"no bench results for this data, device, model, batch size, precision and compile setting: ran a short "
+        f"bench first ({n} runs, {time.perf_counter() - t0:.0f} s, results in {out}); "
     )
     return _choice(win, batch_size, prefix + why)
 
@@ -131,8 +148,9 @@ def _choice(win: dict, batch_size: int, reason: str) -> Choice:
     return Choice(win["backend"], int(win["workers"] or 0), bool(win["pin_memory"]), batch_size, reason)
 
 
-def short_bench(data_dir: Path, manifest: dict, device: str, model: str, batch_size: int, out: Path) -> int:
-    """Every backend whose format is present, a few worker counts, pin_memory on; returns the number of runs."""
+def short_bench(data_dir: Path, manifest: dict, key: dict, out: Path) -> int:
+    """Every backend whose format is present, a few worker counts, pin_memory on, in the setting `key` (as for
+    `matching`); returns the number of runs."""
     from loaders import NEEDS_FORMAT
 
     from .grid import GridConfig, run_grid
@@ -140,16 +158,18 @@ def short_bench(data_dir: Path, manifest: dict, device: str, model: str, batch_s
     formats = manifest["formats"]
     backends = tuple(b for b, f in NEEDS_FORMAT.items() if f in formats or (b == "gpu" and "files" in formats))
     cores = len(os.sched_getaffinity(0))
-    workers = (4, 8) if device.startswith("cuda") else (0, 2)
+    workers = (4, 8) if key["device"].startswith("cuda") else (0, 2)
     cfg = GridConfig(
         data=Path(data_dir),
         out=out,
         backends=backends,
         workers=tuple(sorted({min(w, cores) for w in workers})),
         pin_memory=(True,),
-        batch_sizes=(batch_size,),
-        model=model,
-        device=device,
+        batch_sizes=(key["batch_size"],),
+        model=key["model"],
+        device=key["device"],
+        precision=key["precision"],
+        compile=key["compile"],
         repeats=1,
         command=f"train --loader fastest (short bench of {data_dir})",
         **SHORT,

@@ -74,8 +74,13 @@ class GridOutcome:
     left: int = 0  # configurations not started because of the time limit
 
 
+# set by torchrun: a child that saw them would try to join the training job's process group (`train --loader
+# fastest` runs its short bench from rank 0) and wait there for ranks that never come
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
 def child_env(cfg: GridConfig) -> dict[str, str]:
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS and not k.startswith("TORCHELASTIC_")}
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str((cfg.out / ".inductor-cache").resolve()))  # a user's own wins
     env |= {
         "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
@@ -89,6 +94,7 @@ def child_env(cfg: GridConfig) -> dict[str, str]:
 def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) -> bool:
     """Run one configuration in a fresh process group; True when its JSON holds figures."""
     cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
+    path.unlink(missing_ok=True)  # an earlier grid's result must not pass for this run's if the child dies silently
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         proc.wait(timeout=timeout_s)
@@ -137,8 +143,11 @@ def this_gpu_uuid(device: str) -> str | None:
     never initialises CUDA. None on a CPU device or without a GPU."""
     if not device.startswith("cuda"):
         return None
-    code = "from bench.env import hardware; print(hardware().get('gpu_uuid', ''))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    code = f"from bench.env import hardware; print(hardware({device!r}).get('gpu_uuid', ''))"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:  # a wedged driver: the runs themselves will fail and say so
+        return None
     return out.stdout.strip() or None
 
 

@@ -39,9 +39,12 @@ class Job:
 
     @property
     def name(self) -> str:
-        """File stem: unique within one results directory for a given model, batch size and CPU budget."""
+        """File stem: unique within one results directory for a given model, batch size and CPU budget (a CPU run is
+        marked, so that it never overwrites a GPU run of the same configuration)."""
         cpus = f"cpus{self.cpus}" if self.cpus else "cpusall"
         tail = f"bs{self.batch_size}-{self.model}-{cpus}-{self.precision}{'-compiled' if self.compile else ''}"
+        if not self.device.startswith("cuda"):
+            tail += f"-{self.device.split(':')[0]}"
         if self.kind == "data_free":
             return f"datafree-{tail}-r{self.repeat}"
         w = "na" if self.workers is None else self.workers

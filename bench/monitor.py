@@ -32,7 +32,7 @@ class Sample:
 @dataclass
 class ResourceMonitor:
     interval: float = 0.2  # fine enough to see a 10 s window with 50 samples, cheap enough to stay out of the figures
-    gpu_index: int | None = None  # NVML device to sample; None: no GPU sampling
+    gpu_uuid: str | None = None  # NVML device to sample, as torch names it (NVML's indices ignore CUDA_VISIBLE_DEVICES)
     samples: list[Sample] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -40,7 +40,7 @@ class ResourceMonitor:
         self._cpu_seen: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpufeed-monitor", daemon=True)
-        self._nvml = _open_nvml(self.gpu_index) if self.gpu_index is not None else None
+        self._nvml = _open_nvml(self.gpu_uuid) if self.gpu_uuid is not None else None
 
     def __enter__(self) -> ResourceMonitor:
         self._thread.start()
@@ -104,12 +104,12 @@ def _pss(p: psutil.Process) -> float:
         return float(p.memory_info().rss)
 
 
-def _open_nvml(index: int):
+def _open_nvml(uuid: str):
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
+        return pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
     except Exception:  # no driver, no library, no device: NVML figures are simply absent
         return None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from .results import SCENARIO, finalize, flat, load_records
@@ -115,9 +115,10 @@ def _provenance(records: list[dict]) -> list[str]:
     runs = [r["run"] for r in records if "run" in r]
     if not runs:
         return []
-    hw, v = runs[-1]["hardware"], runs[-1]["versions"]
-    machine = f"{hw.get('gpu', 'no GPU')}, {hw['cpu']} ({hw['cpus_total']} cores)"
-    versions = ", ".join(f"{k} {val}" for k, val in v.items())
+    machines = _counted(f"{_gpu(r['hardware'])}, {r['hardware']['cpu']} ({r['hardware']['cpus_total']} cores)"
+                        for r in runs)  # fmt: skip
+    versions = _counted(", ".join(f"{k} {val}" for k, val in r["versions"].items()) for r in runs)
+    commits = _counted(f"`{r['commit']}`" for r in runs)
     commands = sorted({r["command"] for r in runs})
     data = sorted(
         {
@@ -127,7 +128,7 @@ def _provenance(records: list[dict]) -> list[str]:
         }
     )
     return [
-        f"Machine: {machine}. Versions: {versions}. Commit: `{runs[-1]['commit']}`.",
+        f"Machine: {machines}. Versions: {versions}. Commit: {commits}.",
         "",
         "Data: " + "; ".join(data) + ".",
         "",
@@ -139,6 +140,17 @@ def _provenance(records: list[dict]) -> list[str]:
         "between steps on GPU; host time blocked on the next batch on CPU). CPU cores: CPU time of the whole "
         "process tree over the measured steps / their wall time.",
     ]
+
+
+def _gpu(hw: dict) -> str:
+    """The GPU by name and, as a grid may be resumed on another machine, which one."""
+    return f"{hw['gpu']} ({hw['gpu_uuid'][:8]})" if hw.get("gpu_uuid") else hw.get("gpu", "no GPU")
+
+
+def _counted(values) -> str:
+    """One value as itself; several, each with its number of runs (a grid resumed elsewhere spans machines)."""
+    counts = Counter(values)
+    return "; ".join(v if len(counts) == 1 else f"{v} ({n} runs)" for v, n in counts.items())
 
 
 def _crosscheck_section(rows: list[dict]) -> list[str]:

@@ -108,6 +108,8 @@ def group(rows: list[dict]) -> list[dict]:
             by[tuple(r[k] for k in SCENARIO + KNOBS)].append(r)
     out = []
     for runs in by.values():
+        latest = max(r.get("grid_id") or "" for r in runs)
+        runs = [r for r in runs if (r.get("grid_id") or "") == latest]  # a rerun's repeats replace an older grid's
         g = {k: runs[0][k] for k in SCENARIO + KNOBS} | {"repeats": len(runs), "names": [r["name"] for r in runs]}
         for k in (
             "samples_per_s",
@@ -179,22 +181,25 @@ def verdict(g: dict, peers: list[dict]) -> str:
 
 
 def attach_data_free(records: list[dict]) -> None:
-    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario, from runs
-    on the same GPU where there are any (a grid resumed on another machine measures its own; two machines may each
-    hold a run of the same name, so records are told apart by identity, not name)."""
+    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario, from the
+    closest runs there are: same grid and GPU, same grid, same GPU, then any (a grid resumed on another machine
+    measures its own; two machines may each hold a run of the same name, so records are told apart by identity)."""
     rows = {id(r): flat(r) for r in records if "figures" in r}
+
+    def keys(rec: dict) -> list[tuple]:
+        row = rows[id(rec)]
+        scenario, grid, gpu = tuple(row[k] for k in SCENARIO), row.get("grid_id") or "", gpu_uuid(rec)
+        return [(scenario, grid, gpu), (scenario, grid), (scenario, gpu), (scenario,)]
+
     free = defaultdict(list)
     for rec in records:
-        row = rows.get(id(rec))
-        if row and row["kind"] == "data_free":
-            scenario = tuple(row[k] for k in SCENARIO)
-            free[scenario].append(row["samples_per_s"])
-            free[(scenario, gpu_uuid(rec))].append(row["samples_per_s"])
+        if id(rec) in rows and rows[id(rec)]["kind"] == "data_free":
+            for key in keys(rec):
+                free[key].append(rows[id(rec)]["samples_per_s"])
     for rec in records:
         row = rows.get(id(rec))
         if row and row["kind"] == "loader" and row["model"] != "none":
-            scenario = tuple(row[k] for k in SCENARIO)
-            rates = free.get((scenario, gpu_uuid(rec))) or free.get(scenario)
+            rates = next((free[k] for k in keys(rec) if k in free), None)
             if rates:
                 rec["data_free_rate"] = statistics.median(rates)
                 rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]

@@ -130,8 +130,8 @@ def measure(job: Job, trace_path: Path) -> dict:
     from .starvation import latest_timer
 
     cuda = job.device.startswith("cuda")
-    gpu_index = torch.device(job.device).index or 0 if cuda else None
-    with ResourceMonitor(gpu_index=gpu_index) as monitor:
+    gpu = str(torch.cuda.get_device_properties(torch.device(job.device)).uuid) if cuda else None
+    with ResourceMonitor(gpu_uuid=gpu) as monitor:
         loader, build_s = build(job)
         fed = ProfiledLoader(loader, job.warmup, trace_path) if job.crosscheck else loader
         try:
@@ -181,7 +181,7 @@ def record(job: Job, out: Path) -> dict:
         "kind": manifest["kind"],
         "count": manifest["count"],
     }
-    rec["run"] = run_record() | {
+    rec["run"] = run_record(job.device) | {
         "command": os.environ.get("GPUFEED_BENCH_COMMAND", " ".join(sys.argv)),
         "cpus_pinned": sorted(os.sched_getaffinity(0)),
     }
@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if job.cpus:
         torch.set_num_threads(job.cpus)
+    if job.device.startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.set_device(torch.device(job.device))  # the step timer's events record on the current device
     try:
         rec = record(job, args.out)
     except Exception as e:  # recorded, so the grid goes on and the report shows which configuration failed

@@ -125,13 +125,17 @@ class StepTimer:
             self._torch.cuda.synchronize()
         # waits[i] is the fetch of the batch that step i consumes
         waits = self.waits[skip:n]
-        pauses = [p for p in self._pauses if skip <= p[0] < n - 1]  # those between two measured steps
+        # on CUDA the span starts where step skip-1 ended, so it holds as many gaps as steps, as the host's span holds
+        # as many fetches (with skip 0 there is no earlier event: one gap fewer)
+        first = max(skip - 1, 0) if self.cuda else skip
+        pauses = [p for p in self._pauses if first <= p[0] < n - 1]  # those before a measured step
         if self.cuda:
             cut = [0.0] * len(self.wall)
             for i, _, _, ev0, ev1 in pauses:
                 cut[i] += ev0.elapsed_time(ev1) / 1e3
-            gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 - cut[i] for i in range(skip, n - 1)]
-            span = self._begin[skip].elapsed_time(self._end[n - 1]) / 1e3 - sum(cut)
+            gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 - cut[i] for i in range(first, n - 1)]
+            start = self._end[skip - 1] if skip else self._begin[0]
+            span = start.elapsed_time(self._end[n - 1]) / 1e3 - sum(cut)
             idle = sum(max(0.0, g) for g in gaps)
             wall_s, source = span, "cuda-events"
         else:

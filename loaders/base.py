@@ -1,12 +1,16 @@
 """The loader contract every backend implements, and the batch finishing shared by all of them.
 
-Backends differ only in how uint8 pixels (or float32 clips) reach `device`. What happens after is one definition
-here, so swapping backends changes speed, never the numbers: `finish_images` (normalize to [-1, 1], flip,
-channels_last) and `log_mel` (the audio features, computed on `device`)."""
+Backends differ in how uint8 pixels (or float32 clips) reach `device`. Unshuffled and unflipped, every backend yields
+the same samples in the same order with the same values (the conformance suite checks it pixel by pixel): the
+arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last) and `log_mel` (the
+audio features, computed on `device`); DALI's fused crop_mirror_normalize computes the same. Shuffled, each backend
+draws its own order and flips from the seed (every sample once per epoch, about half flipped), so two backends
+train on equally distributed but not identical batch sequences."""
 
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,6 +62,8 @@ class LoaderOptions:
 class Loader(ABC):
     """One epoch of `Batch`es on `device` per iteration. Call set_epoch(e) before iterating epoch e."""
 
+    order_from_epoch = True  # the shuffle is a function of (seed, epoch), so a resumed run replays it exactly
+
     def __init__(self, data_dir: Path, manifest: dict, opts: LoaderOptions) -> None:
         self.data_dir, self.manifest, self.opts = Path(data_dir), manifest, opts
         self.epoch = 0
@@ -108,6 +114,14 @@ def flip_mask(n: int, opts: LoaderOptions, epoch: int, batch_index: int) -> torc
     return torch.rand(n, generator=g) < 0.5
 
 
+def leave_stop_signals_to_the_parent(_worker_id: int) -> None:
+    """DataLoader `worker_init_fn`. A terminal's Ctrl-C and a scheduler's SIGTERM reach the whole process group; the
+    training process turns them into a checkpoint and a clean exit between steps, but a worker killed by one makes the
+    next fetch fail first. In a process group of its own a worker hears only its parent: the loader's shutdown, and
+    PyTorch's check that the parent is alive."""
+    os.setpgrp()
+
+
 def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None) -> torch.Tensor:
     """uint8 NHWC on device -> dtype NCHW in [-1, 1] (x / 127.5 - 1), mirrored where `flip`, channels_last on CUDA."""
     x = x.permute(0, 3, 1, 2)
@@ -117,8 +131,8 @@ def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None
     return x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x.contiguous()
 
 
-# The mel features: 64 mel bands x 64 frames from a 1.024 s clip at 16 kHz (16384 samples = 64 hops of 256).
-N_FFT, HOP, N_MELS, FRAMES = 1024, 256, 64, 64
+# The mel features: 64 mel bands x one frame per hop of 256 samples: 64 frames from a 1.024 s clip at 16 kHz
+N_FFT, HOP, N_MELS = 1024, 256, 64
 DB_FLOOR, DB_RANGE = -80.0, 80.0  # log-power in dB mapped linearly from [-80, 0] to [-1, 1]
 _FILTERS: dict[tuple, torch.Tensor] = {}
 
@@ -138,14 +152,15 @@ def mel_filters(sample_rate: int, device: torch.device) -> torch.Tensor:
 
 
 def log_mel(wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
-    """(..., T) float32 on any device -> (..., N_MELS, FRAMES) log-mel scaled to about [-1, 1]."""
+    """(..., T) float32 on any device -> (..., N_MELS, T // HOP) log-mel scaled to about [-1, 1]."""
     shape = wave.shape[:-1]
     window = torch.hann_window(N_FFT, device=wave.device)
     spec = torch.stft(wave.reshape(-1, wave.shape[-1]).float(), N_FFT, HOP, window=window, return_complex=True)
     power = spec.abs().pow(2)  # (B, freq, frames)
     mel = torch.matmul(power.transpose(1, 2), mel_filters(sample_rate, wave.device)).transpose(1, 2)
     db = 10.0 * torch.log10(mel.clamp_min(1e-10))
-    scaled = ((db - DB_FLOOR) / DB_RANGE * 2.0 - 1.0).clamp(-1.0, 1.0)[..., :FRAMES]
+    frames = wave.shape[-1] // HOP  # stft's centred padding adds one frame past the clip's end
+    scaled = ((db - DB_FLOOR) / DB_RANGE * 2.0 - 1.0).clamp(-1.0, 1.0)[..., :frames]
     return scaled.reshape(*shape, N_MELS, scaled.shape[-1])
 
 

@@ -20,6 +20,8 @@ INITIAL_FILL = 4096  # shuffle buffer: big enough to mix classes across a whole 
 
 
 class DaliLoader(Loader):
+    order_from_epoch = False  # DALI's reader draws its own order; set_epoch cannot choose it
+
     def __init__(self, data_dir, manifest, opts) -> None:
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 

@@ -14,9 +14,14 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from . import LoaderError
 from .base import Batch, Loader, finish_audio, finish_images
 
 MAX_FREE_FRACTION = 0.5  # the model, its activations and the optimizer need the rest
+
+
+class DatasetTooLarge(LoaderError, MemoryError):
+    """Refused before allocating: a MemoryError, and a LoaderError whose message the CLIs print as it is."""
 
 
 class GpuResidentLoader(Loader):
@@ -30,7 +35,7 @@ class GpuResidentLoader(Loader):
         free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _host_available()
         if nbytes > MAX_FREE_FRACTION * free:
             where = device if device.type == "cuda" else "the host (device cpu)"
-            raise MemoryError(
+            raise DatasetTooLarge(
                 f"{data_dir}: {nbytes / 2**30:.2f} GiB of resident samples exceed {MAX_FREE_FRACTION:.0%} of "
                 f"the {free / 2**30:.2f} GiB free on {where}; use the hdf5, ffcv or dali loader instead"
             )

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, shard_indices
+from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -61,6 +61,7 @@ class Hdf5Loader(Loader):
                 self.reader, batch_size=None, sampler=_Proxy(self), num_workers=o.workers, pin_memory=self.pin,
                 prefetch_factor=o.prefetch if o.workers else None, persistent_workers=o.workers > 0,
                 multiprocessing_context=o.mp_context if o.workers else None,
+                worker_init_fn=leave_stop_signals_to_the_parent,
             )  # fmt: skip
         self._sampler = self._batches()
         for i, (x, y) in enumerate(self._loader):

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, shard_indices
+from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices
 
 
 class FilesDataset(torch.utils.data.Dataset):
@@ -60,6 +60,7 @@ class TorchFilesLoader(Loader):
             self.dataset, batch_size=o.batch_size, sampler=indices, num_workers=o.workers, pin_memory=self.pin,
             drop_last=o.drop_last, prefetch_factor=o.prefetch if o.workers else None,
             multiprocessing_context=o.mp_context if o.workers else None,
+            worker_init_fn=leave_stop_signals_to_the_parent,
         )  # fmt: skip
         for x, y in loader:
             x = x.to(o.device, non_blocking=self.pin)

@@ -41,6 +41,8 @@ def write(
     batch: int = 64,
     pin: bool | None = None,
     repeat: int = 0,
+    precision: str = "bf16",
+    compile: bool = False,
 ) -> None:
     """A result JSON as bench.run_one writes it, with just the fields the choice reads."""
     job = Job(
@@ -55,7 +57,8 @@ def write(
         warmup=20,
         device="cpu",
         cpus=None,
-        compile=False,
+        compile=compile,
+        precision=precision,
         repeat=repeat,
         grid_id=grid,
     )
@@ -118,11 +121,14 @@ def test_ties_within_two_percent_go_to_fewer_cpu_cores(data_dir, tmp_path):
 
 
 def test_median_of_repeats_and_only_matching_latest_results_count(data_dir, tmp_path):
-    """Other data, model or batch size never count; an older grid is ignored; repeats are combined by median."""
+    """Other data, model, batch size, precision or compile setting never count; an older grid is ignored; repeats are
+    combined by median."""
     res = tmp_path / "r"
     write(res, "gpu", None, 5000, 0.0, 1.0, digest="cd" * 32)
     write(res, "gpu", None, 5000, 0.0, 1.0, model="ddpm_cifar10")
     write(res, "gpu", None, 5000, 0.0, 1.0, batch=128)
+    write(res, "gpu", None, 5000, 0.0, 1.0, precision="fp32")
+    write(res, "gpu", None, 5000, 0.0, 1.0, compile=True)
     write(res, "gpu", None, 4000, 0.0, 1.0, grid="20261121T000000Z")  # yesterday's grid
     write(res, "torch", 4, 700, 0.0, 1.0)
     write(res, "hdf5", 4, 1000, 0.0, 1.0)

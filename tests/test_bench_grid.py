@@ -100,12 +100,12 @@ def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
         assert f["starvation"]["source"] == "host-wait" and f["first_batch_s"] > 0
         assert f["cpu_cores"] > 0 and f["peak_mem_mib"] > 50
         assert rec["data"]["digest"] and rec["run"]["versions"]["torch"] and rec["run"]["command"].startswith("bench")
-    trained = records["hdf5-w0-pinna-bs32-tiny-cpusall-bf16-r0"]
-    free = records["datafree-bs32-tiny-cpusall-bf16-r0"]["figures"]["samples_per_s"]
+    trained = records["hdf5-w0-pinna-bs32-tiny-cpusall-bf16-cpu-r0"]
+    free = records["datafree-bs32-tiny-cpusall-bf16-cpu-r0"]["figures"]["samples_per_s"]
     assert trained["data_free_rate"] == pytest.approx(free)
     assert trained["vs_data_free"] == pytest.approx(trained["figures"]["samples_per_s"] / free)
     assert "input-bound" in trained["verdict"] and "data-free" in trained["verdict"]
-    assert "loader ceiling" in records["torch-w0-pinna-bs32-none-cpusall-bf16-r0"]["verdict"]
+    assert "loader ceiling" in records["torch-w0-pinna-bs32-none-cpusall-bf16-cpu-r0"]["verdict"]
 
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
@@ -158,7 +158,7 @@ def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
         "--no-progress",
     ]
     proc = subprocess.Popen(cmd, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    first = out / "hdf5-w0-pinna-bs32-none-cpusall-bf16-r0.json"
+    first = out / "hdf5-w0-pinna-bs32-none-cpusall-bf16-cpu-r0.json"
     deadline = time.time() + 150
     while not (first.exists() and _run_one_children(out)) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
@@ -168,7 +168,7 @@ def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted" in err and "--resume" in err
     assert json.loads(first.read_text())["figures"]["samples_per_s"] > 0
-    assert not (out / "torch-w0-pinna-bs32-none-cpusall-bf16-r0.json").exists()
+    assert not (out / "torch-w0-pinna-bs32-none-cpusall-bf16-cpu-r0.json").exists()
     assert not list(out.glob(".*tmp*")) and (out / "results.csv").exists()
     assert not _run_one_children(out)
     # --resume skips exactly the finished job, not one that differs in any setting
@@ -236,3 +236,25 @@ def test_a_grid_resumed_on_another_gpu_measures_its_own_data_free_rate(tmp_path)
     assert left == [hdf5_r0, free1] and not (tmp_path / f"{free0.name}.json").exists()
     kept = json.loads((tmp_path / f"{free0.name}-gpuaaaaaaaa-1.json").read_text())
     assert kept["run"]["hardware"]["gpu_uuid"] == "aaaaaaaa-1" and "measuring this GPU" in said[0]
+
+
+def test_a_child_that_dies_silently_is_not_taken_for_an_earlier_result(image_data, tmp_path, monkeypatch):
+    """A run that exits before writing anything (here: more --cpus than exist) is recorded as failed, even where an
+    earlier grid's JSON of the same name holds figures; and no child sees torchrun's variables (it would try to join
+    the training job's process group)."""
+    import os
+
+    from bench.grid import child_env, run_job
+
+    job = expand(data=image_data, backends=("hdf5",), workers=(0,), pin_memory=(False,), batch_sizes=(32,),
+                 model="none", steps=3, warmup=1, device="cpu", cpus=None, compile=False, repeats=1)[0]  # fmt: skip
+    job.cpus = len(os.sched_getaffinity(0)) + 1
+    path = tmp_path / f"{job.name}.json"
+    path.write_text(json.dumps({"name": job.name, "job": job.to_dict(), "figures": {"samples_per_s": 1.0}}))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    env = child_env(GridConfig(data=image_data, out=tmp_path))
+    assert "WORLD_SIZE" not in env and "MASTER_PORT" not in env
+    with open(tmp_path / "grid.log", "ab") as log:
+        assert not run_job(job, path, env, 120, log)
+    assert "wrote nothing" in json.loads(path.read_text())["error"]

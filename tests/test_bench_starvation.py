@@ -61,6 +61,32 @@ def test_fast_loader_is_not_starved_and_slow_one_is():
     assert slow == pytest.approx(30 / 33, abs=TOLERANCE)
 
 
+@pytest.mark.gpu
+def test_cuda_events_count_the_gap_before_every_measured_step():
+    """The host waits for each 30 ms GPU step to finish, then 20 ms for its batch: the GPU idles 20 of every 50 ms,
+    40% over 10 measured steps (leaving out the gap before the first measured step would give 18/48 = 37.5%)."""
+    import torch
+
+    torch.cuda._sleep(1000)  # CUDA context and the sleep kernel loaded before calibrating
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    cycles = int(10_000_000 * 30 / start.elapsed_time(end))  # a 30 ms kernel
+    timer, it = StepTimer("cuda"), sleeping_batches(0.020)
+    for _ in range(12):
+        timer.fetch(it)
+        timer.step_begin()
+        torch.cuda._sleep(cycles)
+        timer.step_end()
+        torch.cuda.synchronize()  # as a loop reading its loss at once would: no step is queued during the fetch
+    s = timer.summary(skip=2)
+    assert s.source == "cuda-events" and s.steps == 10 and s.host_behind == 1.0
+    assert s.starvation == pytest.approx(0.4, abs=0.01)
+    assert s.wall_s == pytest.approx(10 * 0.050, rel=0.04)
+
+
 def test_summary_stop_and_window_cover_the_asked_steps():
     """summary(skip, stop) counts exactly steps [skip, stop); window() spans their host time; latest_timer finds it."""
     timer = timed_run(0.001, 0.005, steps=8, warmup=0)
@@ -96,11 +122,11 @@ def hand_built_trace() -> list[dict]:
 
 
 def test_trace_starvation_on_a_hand_built_trace():
-    """Gaps between consecutive steps' kernels over the span: (5 + 10) / (100 - 15); all gaps 12 / 85."""
+    """Steps 1 and 2, each with the gap before it, from the end of step 0: (5 + 10) / (100 - 45); all gaps 12 / 55."""
     tr = trace_starvation(hand_built_trace())
-    assert tr["steps"] == 3 and tr["first_fetch"] == 0
-    assert tr["starvation"] == pytest.approx(15 / 85)
-    assert tr["idle_total"] == pytest.approx(12 / 85)  # busy 15-45, 50-70, 72-75, 80-100
+    assert tr["steps"] == 2 and tr["first_fetch"] == 1
+    assert tr["starvation"] == pytest.approx(15 / 55)
+    assert tr["idle_total"] == pytest.approx(12 / 55)  # busy 50-70, 72-75, 80-100
 
 
 def test_trace_without_kernels_is_refused():

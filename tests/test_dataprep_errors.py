@@ -102,6 +102,16 @@ def test_corrupt_audio_and_non_audio(tmp_path):
     assert r.exit_code == 1 and "3_x_1.txt" in r.output and "not an audio file" in r.output
 
 
+def test_unlabelled_clip_is_named_and_can_be_skipped(tmp_path):
+    """A clip whose name carries no label is named with the fix; --on-bad-file skip converts the rest."""
+    clips = make_audio(tmp_path / "a")
+    clips[0].rename(tmp_path / "a" / "noise.wav")
+    r = run("--input", str(tmp_path / "a"), "--output", str(tmp_path / "o"))
+    assert r.exit_code == 1 and "noise.wav" in r.output and "no label" in r.output
+    r = run("--input", str(tmp_path / "a"), "--output", str(tmp_path / "o"), "--on-bad-file", "skip")
+    assert r.exit_code == 0 and read_all(tmp_path / "o", "hdf5")[0].shape[0] == len(clips) - 1
+
+
 def test_unwritable_output(tmp_path):
     """An output below a regular file cannot be created: the message names it and nothing is written."""
     (tmp_path / "file").write_text("x")

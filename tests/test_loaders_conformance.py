@@ -260,3 +260,12 @@ def test_gpu_backend_refuses_too_big(images, monkeypatch, device):
     monkeypatch.setattr(g, "MAX_FREE_FRACTION", 1e-12)
     with pytest.raises(MemoryError, match=r"exceed 0% of the .* GiB free on .*use the hdf5, ffcv or dali loader"):
         build_loader("gpu", images, batch_size=8, device=device)
+
+
+def test_mel_frames_follow_the_clip_length():
+    """One frame per hop of 256 samples: 1.024 s at 16 kHz gives 64 frames, 2.048 s gives 128 (the first 63 of them
+    the same as the shorter clip's; the 64th sees audio past its end), not 64 of them with the rest dropped."""
+    wave = torch.randn(2, 32768)
+    short, long = log_mel(wave[:, :16384], 16000), log_mel(wave, 16000)
+    assert short.shape == (2, 64, 64) and long.shape == (2, 64, 128)
+    assert torch.allclose(long[..., :63], short[..., :63], atol=1e-5)

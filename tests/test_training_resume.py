@@ -47,35 +47,60 @@ def test_corrupt_checkpoint_fails(cifar_small, tmp_path, damage):
 
 
 def test_mismatched_checkpoint_fails(cifar_small, tmp_path):
-    """Resuming with another model or batch size names the mismatch instead of training on."""
+    """Resuming with another model, batch size, learning rate or precision names the mismatch instead of training on
+    (a new --lr was silently replaced by the saved one; fp16 failed inside GradScaler)."""
     cfg = short_cfg(cifar_small, tmp_path / "run", steps=2)
     main(cfg)
     with pytest.raises(CheckpointError, match="saved for a different model"):
         main(TrainConfig(**(cfg.__dict__ | {"resume": True, "model": "ddpm_cifar10"})))
     with pytest.raises(CheckpointError, match="saved with batch_size=8, now 4"):
         main(TrainConfig(**(cfg.__dict__ | {"resume": True, "batch_size": 4})))
+    with pytest.raises(CheckpointError, match="saved with lr=0.0002, now 0.0001; .*restore the saved one"):
+        main(TrainConfig(**(cfg.__dict__ | {"resume": True, "lr": 1e-4})))
+    with pytest.raises(CheckpointError, match="saved with precision=fp32, now fp16"):
+        main(TrainConfig(**(cfg.__dict__ | {"resume": True, "precision": "fp16"})))
     assert not list((tmp_path / "run").glob(".*tmp*")), "no temporary checkpoint left behind"
 
 
+def test_a_resumed_dali_run_says_its_order_differs(tmp_path, capsys):
+    """DALI draws its own shuffle, so a resume cannot replay it: the run says so instead of implying an exact resume."""
+    from dataprep.convert import ConvertConfig, convert
+
+    data = tmp_path / "data"
+    convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("dali",), workers=1,
+                          progress=False))  # fmt: skip
+    cfg = short_cfg(data, tmp_path / "run", loader="dali", steps=2)
+    main(cfg)
+    assert "chooses its own shuffle" not in capsys.readouterr().err
+    main(TrainConfig(**(cfg.__dict__ | {"resume": True, "steps": 4})))
+    assert "resume: dali chooses its own shuffle" in capsys.readouterr().err
+
+
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_exits_cleanly(cifar_small, tmp_path):
-    """SIGTERM mid-run: the process saves ckpt.pt at the current step and exits 143 without a traceback."""
+@pytest.mark.parametrize(
+    "loader,workers,sig,to_group",
+    [("gpu", 0, signal.SIGTERM, False), ("hdf5", 2, signal.SIGTERM, True), ("hdf5", 2, signal.SIGINT, True)],
+    ids=["sigterm", "sigterm-to-group-with-workers", "ctrl-c-to-group-with-workers"],
+)
+def test_a_stop_signal_checkpoints_and_exits_cleanly(cifar_small, tmp_path, loader, workers, sig, to_group):
+    """SIGTERM or Ctrl-C mid-run: the process saves ckpt.pt at the current step and exits 128+signal without a
+    traceback, also when the signal reaches the whole process group (a terminal's Ctrl-C, a scheduler's SIGTERM) and
+    DataLoader workers get it too."""
     out = tmp_path / "run"
-    opts = "--loader gpu --model tiny --batch-size 8 --steps 100000 --precision fp32 --device cpu --workers 0"
-    opts += " --no-pin-memory --sample-every 0 --log-every 1 --ckpt-every 100000 --no-progress"
+    opts = f"--loader {loader} --model tiny --batch-size 8 --steps 100000 --precision fp32 --device cpu"
+    opts += f" --workers {workers} --no-pin-memory --sample-every 0 --log-every 1 --ckpt-every 100000 --no-progress"
     args = ["--data", str(cifar_small), "--out", str(out), *opts.split()]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "training", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = subprocess.Popen([sys.executable, "-m", "training", *args], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         metrics = out / "metrics.jsonl"
         if metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 143, stderr[-2000:]
+    assert proc.returncode == 128 + sig, stderr[-2000:]
     assert "Traceback" not in stderr and "continue with --resume" in stderr
     ckpt = torch.load(out / CKPT_NAME, weights_only=True)
     logged = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -3,6 +3,8 @@
 The data position is (epoch, batches consumed in that epoch): on resume the loader is rebuilt, `set_epoch(epoch)`
 reproduces that epoch's order (a function of seed and epoch), the consumed batches are skipped, and the RNG
 states saved here are restored after the skip, so the next batch and every noise draw match an uninterrupted run.
+Not with the `dali` loader, whose reader draws its own order: a resumed DALI run says so and goes on with a different
+(equally shuffled) order.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ import torch
 
 CKPT_NAME = "ckpt.pt"
 FORMAT = "gpufeed-train-ckpt-1"  # bump when the layout changes; older files then fail with a clear message
-# resuming with a different value would change the data order or the shape of the state, so it is refused
-MUST_MATCH = ("batch_size", "seed", "world_size")
+# resuming with a different value is refused: it would not take effect, or not cleanly
+MUST_MATCH = {
+    "batch_size": "it fixes the data order",
+    "seed": "it fixes the data order",
+    "world_size": "it fixes the data order",
+    "lr": "the optimizer and schedule restore the saved one",
+    "precision": "fp16 saves a loss scaler that bf16 and fp32 do not have",
+}
 
 
 class CheckpointError(Exception):
@@ -86,11 +94,11 @@ def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> di
             f"{path}: saved for a different model (field: saved vs requested) {diff}; "
             f"pass --model {state['train_config'].get('model')} or start a new --out"
         )
-    for key in MUST_MATCH:
+    for key, why in MUST_MATCH.items():
         if state["train_config"].get(key) != train_config.get(key):
             raise CheckpointError(
                 f"{path}: saved with {key}={state['train_config'].get(key)}, now {train_config.get(key)}; "
-                f"resume with the same {key} (it fixes the data order) or start a new --out"
+                f"resume with the same {key} ({why}) or start a new --out"
             )
     return state
 

@@ -29,6 +29,8 @@ def setup(device: str) -> tuple[Dist, str]:
     """Join the process group when launched by torchrun; return the rank info and this rank's device."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size <= 1:
+        if device.startswith("cuda:") and torch.cuda.is_available():
+            torch.cuda.set_device(device)  # events, streams and synchronize() act on the current device, not on cuda:N
         return Dist(), device
     info = Dist(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
     if device.startswith("cuda"):

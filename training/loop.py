@@ -10,7 +10,9 @@ copy from pageable memory) makes the host late for every step instead; the timer
 from __future__ import annotations
 
 import copy
+import sys
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -61,13 +63,13 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
     """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
     info, device = ddp.setup(cfg.device)
     try:
-        with StopOnSignal() as stop:
-            return _train(cfg, loader, info, device, stop)
+        with StopOnSignal() as stop, ExitStack() as cleanup:
+            return _train(cfg, loader, info, device, stop, cleanup)
     finally:
         ddp.teardown(info)
 
 
-def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal) -> RunSummary:
+def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
     from .diffusion import GaussianDiffusion
     from .model import MODEL_PRESETS, UNet
     from .profiling import count_train_flops, profile_steps
@@ -113,12 +115,17 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     if loader is None:
         choice = choose_loader(cfg, model_name, device, info)
         loader = open_loader(cfg, choice, device, info)
+        cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
     t_stream = time.perf_counter()
     stream = EpochStream(loader, epoch, position)
     if state is not None:
         stream.start()
         restore_rng(state["rng"][info.rank])
+        if info.main and not getattr(loader, "order_from_epoch", True):
+            print(f"resume: {backend} chooses its own shuffle, so from here the batches differ from an uninterrupted "
+                  "run's (equally shuffled, not the same); use another loader where a resume must match exactly",
+                  file=sys.stderr)  # fmt: skip
 
     log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
     timer = StepTimer(device)

@@ -58,7 +58,8 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
     if info.main:
         from bench.fastest import choose
 
-        c = choose(cfg.data, device=device, model=model, batch_size=cfg.batch_size)
+        c = choose(cfg.data, device=device, model=model, batch_size=cfg.batch_size, precision=cfg.precision,
+                   compile=cfg.compile)  # fmt: skip
         picked = [LoaderChoice(c.backend, c.workers, c.pin_memory, c.reason)]
     if info.enabled:
         torch.distributed.broadcast_object_list(picked, src=0)

@@ -43,12 +43,20 @@ def decode_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
     return (out[:, 0] if spec.channels == 1 else np.ascontiguousarray(out.T)), n
 
 
-def _label(path: Path, by_folder: bool) -> str:
+NO_LABEL = "no label: put clips in <label>/ folders or name them <label>_<anything>.wav"
+
+
+def _label(path: Path, by_folder: bool) -> str | None:
     if by_folder:
         return path.parent.name
-    if "_" not in path.stem:
-        raise BadSample(path, "no label: put clips in <label>/ folders or name them <label>_<anything>.wav")
-    return path.stem.split("_", 1)[0]
+    return path.stem.split("_", 1)[0] if "_" in path.stem else None
+
+
+def decode_clip(path: Path, spec: AudioSpec, by_folder: bool) -> tuple[np.ndarray, int]:
+    """decode_audio for a clip that has a label; one without is a bad sample (so --on-bad-file skip can skip it)."""
+    if path.suffix.lower() in AUDIO_EXTS and _label(path, by_folder) is None:
+        raise BadSample(path, NO_LABEL)
+    return decode_audio(path, spec)
 
 
 class AudioSource(FileSource):
@@ -66,12 +74,16 @@ class AudioSource(FileSource):
             raise InputError(f"{base}: no .wav/.flac/.ogg files")
         folders = {p.parent for p in clips}
         by_folder = len(folders) >= 2
-        self.classes = sorted({_label(p, by_folder) for p in clips})
+        labels = {p: _label(p, by_folder) for p in clips}
+        self.classes = sorted({c for c in labels.values() if c is not None})
+        if not self.classes:
+            raise InputError(f"{base}: {NO_LABEL}")
         index = {c: i for i, c in enumerate(self.classes)}
-        # other files beside the clips are reported as bad samples (decode_audio names them), not silently ignored
-        self.items = [(p, index[_label(p, by_folder)] if p in clips else -1) for p in files if p.parent in folders]
+        # files beside the clips and clips without a label are reported as bad samples (decode_clip names them), not
+        # silently ignored
+        self.items = [(p, index.get(labels.get(p), -1)) for p in files if p.parent in folders]
         self.path = str(base)
-        self.decode = partial(decode_audio, spec=self.spec)
+        self.decode = partial(decode_clip, spec=self.spec, by_folder=by_folder)
 
     def audio(self) -> AudioSpec:
         return self.spec
