@@ -49,19 +49,15 @@ def _writable_dir(data_dir: Path, digest: str) -> Path:
     return Path.home() / ".cache" / "gpufeed" / "bench" / digest[:16]
 
 
-def _gpu_name(device: str) -> str | None:
-    import torch
-
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else None
-
-
 def matching(
     results_dir: Path, *, digest: str, device: str, model: str, batch_size: int, precision: str, compile: bool
 ) -> list[dict]:
     """Grouped configurations (bench.results.group) matching, from the latest grid that has any."""
+    from .env import hardware
     from .results import flat, group, load_records
 
-    cuda, gpu, cores = device.startswith("cuda"), _gpu_name(device), len(os.sched_getaffinity(0))
+    here = hardware(device)  # as each result recorded where it ran
+    cuda, gpu, cores = device.startswith("cuda"), here.get("gpu"), here["cpus_allowed"]
     keep = []
     for rec in load_records(results_dir):
         hw = rec.get("run", {}).get("hardware", {})
