@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if job.cpus:
         torch.set_num_threads(job.cpus)
-    if job.device.startswith("cuda") and torch.cuda.is_available():
+    if job.device.startswith("cuda:") and torch.cuda.is_available():  # plain "cuda" is already the current device
         torch.cuda.set_device(torch.device(job.device))  # the step timer's events record on the current device
     try:
         rec = record(job, args.out)
