@@ -15,7 +15,8 @@
 #   200 measured steps after 20 warm-up. Measured: 35-45 s each with a warm compile cache (~20 s of it loading the
 #   compiled graphs and capturing CUDA graphs), 160 s for the first on a fresh machine: ~36 min, 4-5 calls.
 # - f2: tiny b512 on 4 cores, every backend, workers 0,3 (3 workers + the training process fill the 4 cores), 200
-#   measured steps (60 in an earlier version were 1.7 s, too short: the spread between repeats was +-15%).
+#   measured steps (a 7 s window; repeats still differ by up to +-13%: eager tiny is launch-bound on 4 cores, see
+#   docs/BENCHMARKS.md). Measured: 27-49 s each, 13 min for the 20 runs.
 # - f3: audio on 4 cores, the same backends and workers, eager (as the audio UNet trains by default), 60 measured
 #   steps (0.18 s each: an 11 s window).
 # Device notes: a fresh machine needs the staged extras (../shared/device/README.md) plus the soxr wheel for the

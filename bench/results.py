@@ -45,6 +45,7 @@ CSV_COLUMNS = [
     "wait_p95_ms",
     "wait_max_ms",
     "host_behind",
+    "data_free_host_behind",
     "first_batch_s",
     "cpu_cores",
     "cpu_s_per_1k_samples",
@@ -96,7 +97,7 @@ def flat(rec: dict) -> dict:
             "trace_starvation": f["crosscheck"]["starvation"],
             "trace_minus_events_pp": f["crosscheck"]["difference_pp"],
         }
-    row |= {k: rec.get(k) for k in ("data_free_rate", "vs_data_free", "verdict") if k in rec}
+    row |= {k: rec.get(k) for k in ("data_free_rate", "vs_data_free", "data_free_host_behind", "verdict") if k in rec}
     return row
 
 
@@ -118,6 +119,7 @@ def group(rows: list[dict]) -> list[dict]:
             "wait_p95_ms",
             "wait_max_ms",
             "host_behind",
+            "data_free_host_behind",
             "first_batch_s",
             "cpu_cores",
             "cpu_s_per_1k_samples",
@@ -145,7 +147,8 @@ def _label(g: dict) -> str:
 
 
 def best_change(g: dict, peers: list[dict]) -> tuple[str, float] | None:
-    """The single knob change (backend, workers or pin_memory) that raised the rate most, and by how much."""
+    """The single knob change (backend, workers or pin_memory) that raised the rate most, and by how much: by more
+    than NOISE, and with every repeat above every repeat of this configuration (ranges that overlap are not a gain)."""
     best = None
     for knob in KNOBS:
         same_rest = [p for p in peers if p[knob] != g[knob] and all(p[k] == g[k] for k in KNOBS if k != knob)]
@@ -153,7 +156,8 @@ def best_change(g: dict, peers: list[dict]) -> tuple[str, float] | None:
             same_rest = [p for p in peers if p["backend"] != g["backend"]]
         for p in same_rest:
             gain = p["samples_per_s"] / g["samples_per_s"] - 1
-            if gain > NOISE and (best is None or gain > best[1]):
+            apart = p.get("samples_per_s_min", p["samples_per_s"]) > g.get("samples_per_s_max", g["samples_per_s"])
+            if gain > NOISE and apart and (best is None or gain > best[1]):
                 change = f"{knob} -> {p[knob]}" if knob != "backend" else f"backend -> {_label(p)}"
                 best = (change, gain)
     return best
@@ -169,19 +173,25 @@ def verdict(g: dict, peers: list[dict]) -> str:
         who = "GPU idle" if g["device"] == "cuda" else "training blocked"
         head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
         behind, ratio = g.get("host_behind"), g.get("vs_data_free")
-        if behind is not None and behind >= BEHIND and ratio is not None and ratio < SHORT_OF_DATA_FREE:
-            head += (f"; the host fell behind the GPU on {behind:.0%} of the steps (a synchronising copy, e.g. "
-                     "pin_memory off): the shortfall is inside the steps")  # fmt: skip
+        short = ratio is not None and ratio < SHORT_OF_DATA_FREE
+        if s <= INPUT_BOUND and short and behind is not None and behind >= BEHIND:  # a shortfall waits do not explain
+            head += f"; the host fell behind the GPU on {behind:.0%} of the steps"
+            if (g.get("data_free_host_behind") or 0) >= BEHIND:  # the model alone keeps the host busier than the GPU
+                head += (", as it does with no input at all: the step is bound by the host launching kernels, so "
+                         "every millisecond the loader takes from the training process slows every step")  # fmt: skip
+            else:
+                head += " (a synchronising copy, e.g. pin_memory off): the shortfall is inside the steps"
     change = best_change(g, peers)
     if change is None:
-        return head + "; best in this grid"
+        return head + "; nothing in this grid did better beyond its run-to-run spread"
     gain = f"x{1 + change[1]:.1f}" if change[1] >= 1 else f"+{change[1]:.0%}"
     tail = f"; in this grid {change[0]} helped most ({gain} samples/s)"
     return head + tail
 
 
 def attach_data_free(records: list[dict]) -> None:
-    """Set data_free_rate and vs_data_free on each loader record: the median data-free rate of its scenario, from the
+    """Set data_free_rate, vs_data_free and data_free_host_behind (how often the host fell behind the GPU with no
+    input: the model alone is host-bound) on each loader record: the median of its scenario's data-free runs, from the
     closest runs there are: same grid and GPU, same grid, same GPU, then any (a grid resumed on another machine
     measures its own; two machines may each hold a run of the same name, so records are told apart by identity)."""
     rows = {id(r): flat(r) for r in records if "figures" in r}
@@ -195,14 +205,16 @@ def attach_data_free(records: list[dict]) -> None:
     for rec in records:
         if id(rec) in rows and rows[id(rec)]["kind"] == "data_free":
             for key in keys(rec):
-                free[key].append(rows[id(rec)]["samples_per_s"])
+                free[key].append(rows[id(rec)])
     for rec in records:
         row = rows.get(id(rec))
         if row and row["kind"] == "loader" and row["model"] != "none":
-            rates = next((free[k] for k in keys(rec) if k in free), None)
-            if rates:
-                rec["data_free_rate"] = statistics.median(rates)
+            paired = next((free[k] for k in keys(rec) if k in free), None)
+            if paired:
+                rec["data_free_rate"] = statistics.median(r["samples_per_s"] for r in paired)
                 rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]
+                behind = [r["host_behind"] for r in paired if r.get("host_behind") is not None]
+                rec["data_free_host_behind"] = statistics.median(behind) if behind else None
 
 
 def gpu_uuid(rec: dict) -> str | None:

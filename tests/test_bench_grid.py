@@ -258,3 +258,22 @@ def test_a_child_that_dies_silently_is_not_taken_for_an_earlier_result(image_dat
     with open(tmp_path / "grid.log", "ab") as log:
         assert not run_job(job, path, env, 120, log)
     assert "wrote nothing" in json.loads(path.read_text())["error"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_cuda_grid_runs_in_fresh_processes(image_data, tmp_path, device):
+    """What a GPU run of `bench loaders` does: each configuration in its own `bench.run_one` process, timed with CUDA
+    events, its GPU named by uuid and sampled through NVML. (Every GPU run once failed in the child, unseen by the
+    in-process GPU tests: `set_device("cuda")` has no index.)"""
+    out = tmp_path / "results"
+    cfg = GridConfig(data=image_data, out=out, backends=("gpu",), workers=(0,), pin_memory=(True,), batch_sizes=(32,),
+                     model="tiny", steps=5, warmup=2, device=device, progress=False)  # fmt: skip
+    outcome = run_grid(cfg, echo=lambda line: None)
+    assert not outcome.failed and len(outcome.done) == 2, (out / "grid.log").read_text()[-3000:]
+    for path in outcome.done:
+        rec = json.loads(path.read_text())
+        f, hw = rec["figures"], rec["run"]["hardware"]
+        assert f["starvation"]["source"] == "cuda-events" and f["samples_per_s"] > 0, path.name
+        assert hw["gpu_uuid"] and hw["gpu"], path.name
+        assert f.get("nvml_samples", 0) >= 1 and f["nvml_gpu_util_pct"] is not None, path.name
