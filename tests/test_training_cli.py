@@ -76,3 +76,30 @@ def test_empty_shard_is_clear_error(runner, cifar_small, tmp_path):
     """A batch larger than the dataset exits 1 saying the loader yields no batches."""
     result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "2", "--batch-size", "1024"])
     assert result.exit_code == 1 and "yields no batches" in result.output
+
+
+def _audio(tmp_path, name: str, **convert_options):
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path / name
+    convert(ConvertConfig(output=out, source="synthetic-audio", limit=16, formats=("files",), workers=1, progress=False,
+                          **convert_options))  # fmt: skip
+    return out
+
+
+def test_audio_trains_with_the_data_s_channels(runner, tmp_path):
+    """Stereo log-mels: the model takes as many channels as the clips have (the presets say 3 or 1)."""
+    data = _audio(tmp_path, "stereo", channels=2)
+    result = runner.invoke(train, base_args(data, tmp_path / "run") + ["--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout[result.stdout.index("{") :])["steps"] == 2
+
+
+def test_audio_frames_the_unet_cannot_halve_are_a_clear_error(runner, tmp_path):
+    """1.0 s at 16 kHz is 62 mel frames; ddpm_audio_mel halves its input 4 times: refused before the first step, with
+    the data directory and the --clip-seconds that fixes it, not a tensor-size error from inside the network."""
+    data = _audio(tmp_path, "short", clip_seconds=1.0)
+    args = base_args(data, tmp_path / "run") + ["--steps", "1", "--model", "ddpm_audio_mel", "--batch-size", "2"]
+    result = runner.invoke(train, args)
+    assert result.exit_code == 1, result.output
+    assert str(data) in result.output and "1x64x62" in result.output and "--clip-seconds" in result.output

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, REPRESENTATIONS, TrainConfig
+from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig
 
 _defaults = TrainConfig.__dataclass_fields__
 
@@ -58,12 +58,6 @@ def _d(name: str):
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
-@click.option(
-    "--representation",
-    type=click.Choice(REPRESENTATIONS),
-    default=_d("representation"),
-    help="Audio only: log-mel or waveform.",
-)
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

@@ -11,7 +11,6 @@ LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest" 
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny")  # keys of training.model.MODEL_PRESETS (a test checks)
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-REPRESENTATIONS = ("mel", "wave")
 
 
 def _default_device() -> str:
@@ -40,7 +39,6 @@ class TrainConfig:
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
     augment: bool = True  # random horizontal flip for images, as in the paper
-    representation: str = "mel"  # audio only: log-mel spectrograms (what ddpm_audio_mel expects) or raw waveform
     out: Path = Path("runs/train")  # RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/
     resume: bool = False  # continue from RUN_DIR/ckpt.pt; without it an existing checkpoint is an error, never lost
     profile: bool = False  # write a profiler trace and operator table for `profile_steps` steps after warm-up
@@ -62,7 +60,6 @@ class TrainConfig:
             (self.model is None or self.model in MODEL_NAMES, f"model must be one of {', '.join(MODEL_NAMES)}"),
             (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}"),
             (self.compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}"),
-            (self.representation in REPRESENTATIONS, f"representation must be one of {', '.join(REPRESENTATIONS)}"),
             (self.batch_size > 0 and self.steps > 0, "batch_size and steps must be positive"),
             (self.lr > 0 and 0 <= self.ema < 1, "lr must be positive and ema in [0, 1)"),
             (

@@ -31,7 +31,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .metrics import MetricsLog
-from .stream import EpochStream, choose_loader, data_kind, open_loader
+from .stream import EpochStream, check_fits, choose_loader, data_kind, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
@@ -75,13 +75,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     from .profiling import count_train_flops, profile_steps
 
     t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
-    kind, model_name = data_kind(cfg, injected=loader is not None)
+    kind, model_name, channels = data_kind(cfg, injected=loader is not None)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 mode on tensor cores
     torch.backends.cudnn.benchmark = True  # fixed shapes: autotune the convolutions once
 
     # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
     torch.manual_seed(cfg.seed)
-    mcfg = MODEL_PRESETS[model_name]()
+    mcfg = MODEL_PRESETS[model_name](**({"in_channels": channels} if channels else {}))  # stereo clips: 2
     memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
     model = UNet(mcfg).to(device, memory_format=memory_format)
     ema_model = copy.deepcopy(model).requires_grad_(False)
@@ -184,6 +184,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
+            check_fits(mcfg, tuple(batch.x.shape), cfg, model_name)
             flops = count_flops(batch.x)
             sample_shape[:] = [cfg.sample_count, *batch.x.shape[1:]]
         timer.step_begin()

@@ -12,8 +12,11 @@ from pathlib import Path
 
 import torch
 
+from loaders.base import HOP
+
 from .config import TrainConfig
 from .ddp import Dist
+from .model import UNetConfig
 
 
 class DataError(ValueError):
@@ -33,13 +36,30 @@ def read_manifest(data: Path) -> dict:
         raise DataError(f"{path}: unreadable manifest ({e}); rerun `dataprep convert`") from None
 
 
-def data_kind(cfg: TrainConfig, injected: bool = False) -> tuple[str, str]:
-    """("image" | "audio", model preset name). An injected loader may come without a prepared directory."""
+def data_kind(cfg: TrainConfig, injected: bool = False) -> tuple[str, str, int | None]:
+    """("image" | "audio", model preset name, channels per sample). An injected loader may come without a prepared
+    directory: then the channels are the preset's (None)."""
     if injected and not (Path(cfg.data) / "manifest.json").is_file():
         kind = "audio" if cfg.model == "ddpm_audio_mel" else "image"
-    else:
-        kind = read_manifest(cfg.data).get("kind", "image")
-    return kind, cfg.model or KIND_MODELS[kind]
+        return kind, cfg.model or KIND_MODELS[kind], None
+    manifest = read_manifest(cfg.data)
+    kind = manifest.get("kind", "image")
+    channels = manifest.get("audio", {}).get("channels", 1) if kind == "audio" else 3  # images are stored RGB
+    return kind, cfg.model or KIND_MODELS[kind], channels
+
+
+def check_fits(model: UNetConfig, shape: tuple[int, ...], cfg: TrainConfig, model_name: str) -> None:
+    """Refuse a sample shape the UNet cannot take, before its first step fails deep inside it."""
+    down = 2 ** (len(model.ch_mult) - 1)  # each level halves height and width, and the up path must meet its skips
+    channels, height, width = shape[-3:]
+    if channels == model.in_channels and height % down == 0 and width % down == 0:
+        return
+    audio = "" if channels == 3 else (
+        f"; for audio the width is the log-mel frames, samples per clip // {HOP}: convert with a --clip-seconds that "
+        f"gives a multiple of {down} frames (1.024 s at 16 kHz gives 64)")  # fmt: skip
+    takes = f"{model.in_channels} channels and a height and width divisible by {down}"
+    raise DataError(f"{cfg.data}: samples are {channels}x{height}x{width} (channels x height x width), but --model "
+                    f"{model_name} takes {takes}{audio}")  # fmt: skip
 
 
 @dataclass
@@ -80,7 +100,6 @@ def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist)
         seed=cfg.seed,
         rank=info.rank,
         world_size=info.world_size,
-        representation=cfg.representation,
     )
 
 
