@@ -184,7 +184,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
-            check_fits(mcfg, tuple(batch.x.shape), cfg, model_name)
+            check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
             flops = count_flops(batch.x)
             sample_shape[:] = [cfg.sample_count, *batch.x.shape[1:]]
         timer.step_begin()

@@ -48,17 +48,17 @@ def data_kind(cfg: TrainConfig, injected: bool = False) -> tuple[str, str, int |
     return kind, cfg.model or KIND_MODELS[kind], channels
 
 
-def check_fits(model: UNetConfig, shape: tuple[int, ...], cfg: TrainConfig, model_name: str) -> None:
+def check_fits(model: UNetConfig, shape: tuple[int, ...], data: Path, model_name: str, kind: str) -> None:
     """Refuse a sample shape the UNet cannot take, before its first step fails deep inside it."""
     down = 2 ** (len(model.ch_mult) - 1)  # each level halves height and width, and the up path must meet its skips
     channels, height, width = shape[-3:]
     if channels == model.in_channels and height % down == 0 and width % down == 0:
         return
-    audio = "" if channels == 3 else (
+    audio = "" if kind != "audio" else (
         f"; for audio the width is the log-mel frames, samples per clip // {HOP}: convert with a --clip-seconds that "
         f"gives a multiple of {down} frames (1.024 s at 16 kHz gives 64)")  # fmt: skip
     takes = f"{model.in_channels} channels and a height and width divisible by {down}"
-    raise DataError(f"{cfg.data}: samples are {channels}x{height}x{width} (channels x height x width), but --model "
+    raise DataError(f"{data}: samples are {channels}x{height}x{width} (channels x height x width), but --model "
                     f"{model_name} takes {takes}{audio}")  # fmt: skip
 
 
