@@ -121,12 +121,13 @@ def expand(
     return jobs
 
 
-# Rough costs from the H100 runs in bench/results (f1, f3, xcheck: 17-25 s per configuration inside the process,
-# ~30 s with the interpreter's start): a first estimate only, the progress bar's rate takes over once runs finish.
-START_S = 15.0  # a fresh interpreter importing torch, building the loader and the model, cuDNN's first-step tuning
+# Rough costs from the H100 runs in bench/results (`process_s` in each JSON): a first estimate only, the progress
+# bar's rate takes over once runs finish. With these, f1, f2 and f3 are estimated at 40, 12.7 and 11.6 minutes; they
+# took ~37, 13.3 and ~13.
+START_S = 22.0  # a fresh interpreter importing torch, ffcv and DALI, building the loader and model, cuDNN's tuning
 COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0}  # warm inductor cache
 COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_mel": 150.0}  # the first job pays it
-GPU_IMG_S = {"none": 1e7, "tiny": 60_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0}  # eager bf16
+GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0}  # eager bf16
 COMPILED_SPEEDUP = 2.5  # compiled with CUDA graphs, ddpm_cifar10: 5,049 vs 1,840 img/s (train_speed.json)
 CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5}
 LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7}  # per worker
