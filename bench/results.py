@@ -16,8 +16,9 @@ from pathlib import Path
 
 INPUT_BOUND, HIGHLY = 0.05, 0.20
 NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
-# The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, or any
-# call that waits for the GPU): the GPU then idles inside the steps too, which between-step starvation does not count
+# The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, any call
+# that waits for the GPU, or a step whose launches take longer than its kernels): the GPU then idles inside the steps
+# too, which between-step starvation does not count
 BEHIND, SHORT_OF_DATA_FREE = 0.5, 0.97
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile")
 KNOBS = ("backend", "workers", "pin_memory")

@@ -126,12 +126,12 @@ def measure(job: Job, trace_path: Path) -> dict:
     import torch
 
     from .crosscheck import ProfiledLoader
+    from .env import hardware
     from .monitor import ResourceMonitor
     from .starvation import latest_timer
 
     cuda = job.device.startswith("cuda")
-    gpu = str(torch.cuda.get_device_properties(torch.device(job.device)).uuid) if cuda else None
-    with ResourceMonitor(gpu_uuid=gpu) as monitor:
+    with ResourceMonitor(gpu_uuid=hardware(job.device).get("gpu_uuid")) as monitor:  # the GPU the record names
         loader, build_s = build(job)
         fed = ProfiledLoader(loader, job.warmup, trace_path) if job.crosscheck else loader
         try:
