@@ -23,10 +23,11 @@
 # audio prep (carry .whl/ and pip-install it into /tmp/site); `.devdata/` with the two dataset archives is found too.
 # torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
 # Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm), archived to $OUT/<step>.tgz after
-# every call: one JSON per run, results.csv, results.md, plot-*.png, grid.log, fastest.txt (what
-# `train --loader fastest` picks from them). xcheck's traces stay on the machine (tens of MB). A machine lost midway
-# (a reply saying "warm": false) loses /tmp: unpack the last STEP.tgz into a carried folder and copy it to
-# $RESULTS/STEP before repeating the step. Each run is paired with the data-free runs of its own GPU (uuid): a grid
+# every call (and every minute while it runs, with the step's log $OUT/<step>.log): one JSON per run, results.csv,
+# results.md, plot-*.png, grid.log, fastest.txt (what `train --loader fastest` picks from them). xcheck's traces stay
+# on the machine (tens of MB). A machine lost midway (a reply saying "warm": false) loses /tmp: unpack the last
+# STEP.tgz here into .devres/ (ignored) and carry .devres along: a step whose results are not on the machine starts
+# from .devres/STEP. Each run is paired with the data-free runs of its own GPU (uuid): a grid
 # resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` sees to it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,11 +74,15 @@ bench() {
     local name=$1 data=$2 model=$3 batch=$4 left log status=0 complete=0
     shift 4
     left=$(minutes_left)
+    [ -d "$RESULTS/$name" ] || [ ! -d ".devres/$name" ] || { mkdir -p "$RESULTS" && cp -r ".devres/$name" "$RESULTS/"; }
     mkdir -p "$OUT" "$RESULTS/$name"
     if $PY -c "import sys; sys.exit(float('$left') < 0.8)"; then
-        log=$(mktemp)
+        log=$OUT/$name.log  # in $OUT, with an archive every minute: a call killed at its limit still brings them back
+        ( while sleep 60; do tar czf "$OUT/.$name.tgz" --exclude=traces -C "$RESULTS" "$name" \
+            && mv "$OUT/.$name.tgz" "$OUT/$name.tgz"; done ) &
         $PY -m bench loaders --device cuda --no-progress --resume --out "$RESULTS/$name" --data "$DATA/$data" \
             --model "$model" --batch-size "$batch" --time-limit "$left" "$@" 2>&1 | tee "$log" || status=$?
+        kill $! 2>/dev/null || true
         [ $status = 0 ] && ! grep -q "configurations not started" "$log" && complete=1
         $PY -m bench report "$RESULTS/$name" >/dev/null || true
     fi
