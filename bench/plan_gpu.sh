@@ -77,11 +77,12 @@ bench() {
     [ -d "$RESULTS/$name" ] || [ ! -d ".devres/$name" ] || { mkdir -p "$RESULTS" && cp -r ".devres/$name" "$RESULTS/"; }
     mkdir -p "$OUT" "$RESULTS/$name"
     if $PY -c "import sys; sys.exit(float('$left') < 0.8)"; then
-        log=$OUT/$name.log  # in $OUT, with an archive every minute: a call killed at its limit still brings them back
+        log=$(mktemp)  # also in $OUT, with an archive every minute: a call killed at its limit still brings them back
         ( while sleep 60; do tar czf "$OUT/.$name.tgz" --exclude=traces -C "$RESULTS" "$name" \
             && mv "$OUT/.$name.tgz" "$OUT/$name.tgz"; done ) &
         $PY -m bench loaders --device cuda --no-progress --resume --out "$RESULTS/$name" --data "$DATA/$data" \
-            --model "$model" --batch-size "$batch" --time-limit "$left" "$@" 2>&1 | tee "$log" || status=$?
+            --model "$model" --batch-size "$batch" --time-limit "$left" "$@" 2>&1 \
+            | tee -a "$log" "$OUT/$name.log" || status=$?
         kill $! 2>/dev/null || true
         [ $status = 0 ] && ! grep -q "configurations not started" "$log" && complete=1
         $PY -m bench report "$RESULTS/$name" >/dev/null || true
