@@ -71,8 +71,9 @@ minutes_left() {  # what is left of this call, less ~25 s for the report, `faste
 # bench STEP DATA MODEL BATCH ARGS...: resume the grid in $RESULTS/STEP within this call's minutes, report it, say
 # what `fastest` picks once it is complete, archive it to $OUT/STEP.tgz.
 bench() {
-    local name=$1 data=$2 model=$3 batch=$4 left log status=0 complete=0
+    local name=$1 data=$2 model=$3 batch=$4 left log status=0 complete=0 compile=False
     shift 4
+    [[ " $* " != *" --compile "* ]] || compile=True  # `choose` must look for the grid's own compile setting
     left=$(minutes_left)
     [ -d "$RESULTS/$name" ] || [ ! -d ".devres/$name" ] || { mkdir -p "$RESULTS" && cp -r ".devres/$name" "$RESULTS/"; }
     mkdir -p "$OUT" "$RESULTS/$name"
@@ -89,7 +90,7 @@ bench() {
     fi
     if [ $complete = 1 ]; then  # (on an unfinished grid `choose` could find no loader runs and bench on its own)
         $PY -c "from bench.fastest import choose; print('$name:', choose('$DATA/$data', device='cuda', \
-model='$model', batch_size=$batch, results_dir='$RESULTS/$name'))" | tee "$RESULTS/$name/fastest.txt" || true
+model='$model', batch_size=$batch, compile=$compile, results_dir='$RESULTS/$name'))" | tee "$RESULTS/$name/fastest.txt" || true
     fi
     tar czf "$OUT/$name.tgz" --exclude=traces -C "$RESULTS" "$name"
     if [ $complete = 1 ]; then echo "$name: complete"

@@ -83,7 +83,9 @@ def test_cuda_events_count_the_gap_before_every_measured_step():
         torch.cuda.synchronize()  # as a loop reading its loss at once would: no step is queued during the fetch
     s = timer.summary(skip=2)
     assert s.source == "cuda-events" and s.steps == 10 and s.host_behind == 1.0
-    assert s.starvation == pytest.approx(0.4, abs=0.01)
+    # the host's own time between a step's end and the next launch (sync, Python, the sleep's overshoot) only adds to
+    # the 20 ms gap: 0.5 ms of it read 41% on a fresh H100
+    assert 0.395 <= s.starvation <= 0.43
     assert s.wall_s == pytest.approx(10 * 0.050, rel=0.04)
 
 
