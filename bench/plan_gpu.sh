@@ -90,7 +90,8 @@ bench() {
     fi
     if [ $complete = 1 ]; then  # (on an unfinished grid `choose` could find no loader runs and bench on its own)
         $PY -c "from bench.fastest import choose; print('$name:', choose('$DATA/$data', device='cuda', \
-model='$model', batch_size=$batch, compile=$compile, results_dir='$RESULTS/$name'))" | tee "$RESULTS/$name/fastest.txt" || true
+model='$model', batch_size=$batch, compile=$compile, results_dir='$RESULTS/$name'))" \
+            | tee "$RESULTS/$name/fastest.txt" || true
     fi
     tar czf "$OUT/$name.tgz" --exclude=traces -C "$RESULTS" "$name"
     if [ $complete = 1 ]; then echo "$name: complete"
