@@ -1,4 +1,5 @@
-"""`bench`: is the GPU waiting for data, and what fixes it? `bench loaders` runs the grid, `bench report` draws it."""
+"""`bench`: is the GPU waiting for data, and what fixes it? `bench loaders` runs the grid in gpufeed's loop,
+`bench watch` measures any training program unchanged, `bench report` draws both."""
 
 from __future__ import annotations
 
@@ -162,6 +163,52 @@ def report(results_dir: Path) -> None:
         click.echo(f"wrote {write_report(results_dir)}")
     except ValueError as e:
         raise click.ClickException(str(e)) from None
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("gpufeed-watch"),
+              help="Where watch.json and the per-rank figures go.")  # fmt: skip
+@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps left out first (compilation, start-up).")
+@click.option("--every", type=click.IntRange(min=0), default=100, help="A progress line every N steps (0: none).")
+@click.option("--loader-name", default=None, help="Measure the loader whose label contains this [default: the one "
+              "consumed most]; labels are listed at the end of a run.")  # fmt: skip
+@click.option("--data-free", is_flag=True, help="Replay the loader's first batches from memory: the program's own "
+              "data-free rate.")  # fmt: skip
+@click.option("--compare", is_flag=True, help="A data-free run, then the real one: the rate as a share of it.")
+@click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs of each mode (their spread is reported).")
+@click.option("--replay-batches", type=click.IntRange(min=1), default=8, help="Distinct batches the replay cycles.")
+@click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin the program to N cores [default: all].")
+@click.option("--json", "as_json", is_flag=True, help="Print watch.json instead of the summary.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def watch(command, out, cpus, as_json, **options) -> None:
+    """Run a training program unchanged and measure how long its GPU waits for each batch.
+
+    \b
+    bench watch -- python train.py --batch-size 128
+    bench watch --compare --repeats 2 -- accelerate launch train.py
+    bench watch -- torchrun --nproc_per_node 2 train.py
+
+    The program's exit code is this command's."""
+    import json
+    import shutil
+
+    from .watcher.session import WatchConfig, describe, watch_command
+
+    if options["data_free"] and options["compare"]:
+        raise click.BadParameter(
+            "--compare already includes a data-free run; pass one of them", param_hint="--data-free"
+        )
+    allowed = len(os.sched_getaffinity(0))
+    if cpus and cpus > allowed:
+        raise click.BadParameter(f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer",
+                                 param_hint="--cpus")  # fmt: skip
+    if shutil.which(command[0]) is None and not Path(command[0]).is_file():
+        hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
+        raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")
+    cfg = WatchConfig(command=list(command), out=out, cpus=cpus, **options)
+    code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
+    click.echo(json.dumps(summary, indent=1, default=str) if as_json else "\n".join(describe(summary, out)))
+    raise SystemExit(code)
 
 
 def main() -> None:

@@ -77,13 +77,18 @@ HEADER = (
 
 def write_report(results_dir: Path) -> Path:
     """Write results.md, results.csv and the plots; return the Markdown file."""
+    from .watcher.report import watch_section
+
     results_dir = Path(results_dir)
     groups = finalize(results_dir)
     records = load_records(results_dir)
-    if not groups:
-        raise ValueError(f"{results_dir}: no finished bench results (*.json from `bench loaders`) to report")
+    watched = watch_section(results_dir)
+    if not groups and not watched:
+        raise ValueError(
+            f"{results_dir}: no finished bench results (*.json from `bench loaders`, watch.json from `bench watch`)"
+        )
     rows = [flat(r) for r in records]
-    lines = ["# Loader bench results", "", *_provenance(records), ""]
+    lines = ["# Loader bench results", "", *_provenance(records), ""] if groups else ["# Bench results", ""]
     scenarios = defaultdict(list)
     for g in groups:
         scenarios[tuple(g[k] for k in SCENARIO)].append(g)
@@ -100,7 +105,7 @@ def write_report(results_dir: Path) -> Path:
             ]
         lines += [HEADER, *[_row(g) for g in gs], "", "Best configuration per backend:", "", HEADER]
         lines += [*[_row(g) for g in best_per_backend(gs)], "", f"![{scenario_title(gs[0])}]({png.name})", ""]
-    lines += _crosscheck_section(rows)
+    lines += _crosscheck_section(rows) + watched
     failed = [r for r in rows if r["error"]]
     if failed:
         lines += ["## Failed runs", "", *[f"- `{r['name']}`: {r['error']}" for r in failed], ""]
