@@ -15,6 +15,7 @@ STEPS=${F5_STEPS:-200}
 REPEATS=${F5_REPEATS:-2}
 OUT=${OUT:-/tmp/f5-out}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PY:-python3}  # the interpreter that has torch there
 mkdir -p "$RES" "$OUT" "$DATA"
 JPG=$DATA/jpg/train
 archive() { tar czf "$OUT/f5.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"; }
@@ -22,7 +23,7 @@ archive() { tar czf "$OUT/f5.tgz" -C "$(dirname "$RES")" "$(basename "$RES")"; }
 prep() {
   [ -f "$DATA/cifar10/manifest.json" ] && return
   mkdir -p "$DATA/jpg" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$DATA/jpg"
-  python -m dataprep convert --input "$DATA/jpg" --split train --output "$DATA/cifar10" --format hdf5,ffcv --quiet
+  $PY -m dataprep convert --input "$DATA/jpg" --split train --output "$DATA/cifar10" --format hdf5,ffcv --quiet
 }
 
 watch() {  # NAME [bench watch options] -- COMMAND...
@@ -30,13 +31,13 @@ watch() {  # NAME [bench watch options] -- COMMAND...
   shift
   if [ -f "$RES/$name/watch.json" ]; then echo "$name: done before"; return; fi
   echo "== $name"
-  python -m bench watch --out "$RES/$name" --compare --repeats "$REPEATS" --warmup 30 --every 0 "$@" \
+  $PY -m bench watch --out "$RES/$name" --compare --repeats "$REPEATS" --warmup 30 --every 0 "$@" \
     2>&1 | grep -v "it/s\]" | tee "$OUT/$name.log" | tail -8
   archive
 }
 
 lucidrains() {
-  local run=(python -m bench.studies.lucidrains_trainer --folder "$JPG" --steps "$STEPS")
+  local run=($PY -m bench.studies.lucidrains_trainer --folder "$JPG" --steps "$STEPS")
   watch lucidrains-shipped -- "${run[@]}"
   watch lucidrains-cpus4 --cpus 4 -- "${run[@]}"
   watch lucidrains-gpufeed-ffcv4 -- "${run[@]}" --gpufeed "$DATA/cifar10" --backend ffcv --workers 4
@@ -44,7 +45,7 @@ lucidrains() {
 }
 
 diffusers() {
-  local run=(python -m training.diffusers_unconditional --steps "$STEPS")
+  local run=($PY -m training.diffusers_unconditional --steps "$STEPS")
   watch diffusers-shipped -- "${run[@]}" --folder "$JPG" --workers 0
   watch diffusers-cpus4 --cpus 4 -- "${run[@]}" --folder "$JPG" --workers 0
   watch diffusers-gpufeed-ffcv4 -- "${run[@]}" --data "$DATA/cifar10" --loader ffcv --workers 4
@@ -52,8 +53,8 @@ diffusers() {
 }
 
 gputest() {
-  python -m pytest -m gpu -q -p no:cacheprovider tests/test_bench_watch.py 2>&1 | tee "$OUT/pytest_gpu_watch.txt" | tail -15
+  $PY -m pytest -m gpu -q -p no:cacheprovider tests/test_bench_watch.py 2>&1 | tee "$OUT/pytest_gpu_watch.txt" | tail -15
 }
 
 for step in "$@"; do "$step"; done
-python -m bench report "$RES" >/dev/null && archive
+$PY -m bench report "$RES" >/dev/null && archive
