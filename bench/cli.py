@@ -202,13 +202,13 @@ def watch(command, out, cpus, as_json, **options) -> None:
     if cpus and cpus > allowed:
         raise click.BadParameter(f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer",
                                  param_hint="--cpus")  # fmt: skip
-    if shutil.which(command[0]) is None and not Path(command[0]).is_file():
+    if shutil.which(command[0]) is None:  # also refuses a path to a file that is not executable
         hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
         raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")
     cfg = WatchConfig(command=list(command), out=out, cpus=cpus, **options)
     code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else "\n".join(describe(summary, out)))
-    raise SystemExit(code)
+    raise SystemExit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says
 
 
 def main() -> None:

@@ -1,10 +1,11 @@
 """The program's own data-free rate: its loader replaced by a replay of its first batches.
 
 The first time a watched loader is iterated, its real iterator hands over `replay_batches` batches and is dropped
-(its workers stop). From then on every iteration of that loader cycles through copies kept in memory: tensors on
-the CPU page-locked (so the only loading cost left is the copy to the GPU the program makes itself, and it can
-overlap), tensors already on the GPU cloned there. Each iteration yields as many batches as the real one would
-(`len(loader)`), so epoch-based programs keep their shape; a loader without a length replays without end.
+(its workers stop). From then on every iteration of that loader cycles through copies kept in memory, copied afresh
+for each step: tensors on the CPU into page-locked memory (so the only loading cost left is the copy to the GPU the
+program makes itself, and it can overlap), tensors already on the GPU on the GPU. Each iteration yields as many
+batches as the real one would (`len(loader)`), so epoch-based programs keep their shape; a loader without a length
+replays without end.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ def _keep(x):
     import torch
 
     if isinstance(x, torch.Tensor):
-        y = x.detach().clone()
-        return y.pin_memory() if not y.is_cuda and torch.cuda.is_available() else y
+        if x.is_cuda or not torch.cuda.is_available():
+            return x.detach().clone()
+        return torch.empty_like(x, pin_memory=True).copy_(x)  # one copy, into the caching host allocator's memory
     if isinstance(x, dict):
         return type(x)((k, _keep(v)) for k, v in x.items())
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # a namedtuple
@@ -60,5 +62,11 @@ def replay_iterator(loader, key: tuple, make_iter):
         length = len(loader)
     except Exception:  # no length: replay until the program stops asking
         length = None
-    batches = itertools.cycle(_CACHE[key])
-    return iter(batches) if length is None else itertools.islice(batches, length)
+    batches = map(_fresh, itertools.cycle(_CACHE[key]))
+    return batches if length is None else itertools.islice(batches, length)
+
+
+def _fresh(batch):
+    """A new copy per step, as a real loader hands out: a program may edit its batch in place (x.div_(255)), and
+    the replay must not hand those edits back. Pinned buffers come from torch's caching host allocator."""
+    return _keep(batch)

@@ -77,7 +77,7 @@ def _median(runs: list[dict], key: str):
 def summarise(cfg: WatchConfig, runs: list[dict]) -> dict:
     real = [x for x in runs if x["mode"] == "real" and x["figures"]]
     free = [x for x in runs if x["mode"] == "data-free" and x["figures"]]
-    head = real or free
+    head = free if cfg.data_free else real  # never the data-free figures in place of a real run that failed
     out: dict = {"command": cfg.command, "config": asdict(cfg) | {"out": str(cfg.out)}, "runs": runs,
                  "loaders": runs[0]["loaders"] if runs else []}  # fmt: skip
     if not head:
@@ -129,6 +129,8 @@ def describe(summary: dict, out: Path) -> list[str]:
     behind = "" if summary["host_behind"] is None else f", host behind {summary['host_behind']:.0%}"
     lines.append(f"  starvation {summary['starvation']:.1%}{worst}, wait median {summary['wait_median_ms']:.1f} ms "
                  f"(p95 {summary['wait_p95_ms']:.1f}){behind}")  # fmt: skip
+    if any(r["interrupted"] for r in summary["runs"]):
+        lines.append("  interrupted: the figures cover the steps before the program stopped")
     if summary.get("verdict"):
         lines.append(f"  verdict: {summary['verdict']}")
     others = [x["label"] for x in summary["loaders"][1:]]
