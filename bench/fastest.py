@@ -26,6 +26,7 @@ Where results are looked for: `results_dir` if given, else $GPUFEED_BENCH_RESULT
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -114,8 +115,8 @@ def measured_spread(rows: list[dict], grid_id: str | None = None) -> tuple[float
     free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and r.get("samples_per_s")]
     for runs, where in (([r for r in free if r.get("grid_id") == grid_id], f"grid {grid_id}"), (free, "all grids")):
         if len(runs) >= 2:
-            rates = sorted(r["samples_per_s"] for r in runs)
-            spread = (rates[-1] - rates[0]) / rates[len(rates) // 2]
+            rates = [r["samples_per_s"] for r in runs]
+            spread = (max(rates) - min(rates)) / statistics.median(rates)
             return spread, f"the range of {len(runs)} data-free runs ({where})"
     return DEFAULT_SPREAD, f"the default {DEFAULT_SPREAD:.0%}: no data-free run was repeated"
 

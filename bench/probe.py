@@ -42,7 +42,7 @@ class ProbeConfig:
     budget_s: float = 45.0  # start no further confirmation past this: with imports and the model, about a minute
     segment_s: float = 1.5  # measured seconds per window: ~60 compiled ddpm_cifar10 steps on an H100
     min_steps: int = 5  # at least this many steps per window: a CPU step can take a second
-    warmup: int = 10  # data-free steps first: compilation, CUDA-graph capture, cuDNN's autotuning (2 on CPU suffice)
+    warmup: int = 10  # data-free steps first: compilation, CUDA-graph capture, cuDNN's autotuning (1 on CPU)
     loader_warmup: int = 8  # steps of a new loader left out: worker start and its prefetch queue filling (1 on CPU)
     ceiling_s: float = 0.5  # seconds of batches per ceiling after two warm-up batches: it only orders and rules out
     headroom: float = 0.10  # a ceiling must beat the data-free rate by this much: one that barely keeps up starves
@@ -54,7 +54,7 @@ class ProbeConfig:
 
     @classmethod
     def for_device(cls, device: str) -> ProbeConfig:
-        return cls() if device.startswith("cuda") else cls(warmup=2, loader_warmup=1, segment_s=2.0, min_steps=3)
+        return cls() if device.startswith("cuda") else cls(warmup=1, loader_warmup=1, segment_s=2.0, min_steps=3)
 
 
 class ProbeDone(Exception):
