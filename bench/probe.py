@@ -104,6 +104,7 @@ class Probe:
         self.i, self.timer, self.t0 = 0, None, time.perf_counter()
         self.windows: list[dict] = []  # {"kind", "config", "steps": (a, b), "first_batch_s"}
         self.ceilings: list[dict] = []
+        self.failed: list[dict] = []  # candidates whose confirmation raised
         self.times: dict[str, float] = {}
 
     def step(self, batch):
@@ -135,23 +136,36 @@ class Probe:
         self.windows.append({"kind": "data_free", "steps": free})
         appetite = self.rate(*free)[0]
         self.echo(f"data-free: {appetite:,.0f} samples/s ({self.times['model_warmup_s']:.0f} s to compile and warm up)")
-        t = time.perf_counter()
-        for options in candidates(self.manifest["formats"], self.key["device"], _cores(), self.cfg):
-            for cand in options:
-                c = self.ceiling(cand, appetite)
-                yield self.step(resident)  # a step between ceilings, so the loop sees Ctrl-C
-                if c.get("samples_per_s", 0) >= (1 + self.cfg.headroom) * appetite:
-                    break
-            if (
-                c.get("samples_per_s", 0) >= (1 + self.cfg.headroom) * appetite
-                and (c["cores_at_appetite"] or 0.0) < self.cfg.enough_cores
-            ):
-                break  # no other candidate could keep fewer cores busy by more than enough_cores
-        self.times["ceilings_s"] = time.perf_counter() - t
-        yield from self.confirm_all(appetite, resident)
+        backends = iter(candidates(self.manifest["formats"], self.key["device"], _cores(), self.cfg))
+        while True:  # more ceilings only when every candidate measured so far failed in the loop
+            more = yield from self.ceilings_until_cheap(backends, appetite, resident)
+            if (yield from self.confirm_all(appetite, resident)) or not more or self.over_budget():
+                break
         free = yield from self.window(forever)
         self.windows.append({"kind": "data_free", "steps": free})
         raise ProbeDone
+
+    def fits(self, c: dict, appetite: float) -> bool:
+        return c.get("samples_per_s", 0) >= (1 + self.cfg.headroom) * appetite
+
+    def over_budget(self) -> bool:
+        return time.perf_counter() - self.t0 > self.cfg.budget_s
+
+    def ceilings_until_cheap(self, backends: Iterator, appetite: float, resident) -> Iterator:
+        """Ceilings backend by backend (more workers only while too slow) until one keeps up at under enough_cores;
+        returns whether backends are left."""
+        t = time.perf_counter()
+        for options in backends:
+            for cand in options:
+                c = self.ceiling(cand, appetite)
+                yield self.step(resident)  # a step between ceilings, so the loop sees Ctrl-C
+                if self.fits(c, appetite):
+                    break
+            if self.fits(c, appetite) and (c["cores_at_appetite"] or 0.0) < self.cfg.enough_cores:
+                self.times["ceilings_s"] = self.times.get("ceilings_s", 0.0) + time.perf_counter() - t
+                return True  # no other candidate could keep fewer cores busy by more than enough_cores
+        self.times["ceilings_s"] = self.times.get("ceilings_s", 0.0) + time.perf_counter() - t
+        return False
 
     def ceiling(self, cand: tuple, appetite: float) -> dict:
         """Samples/s of one configuration alone, and the CPU cores it keeps busy at the model's rate."""
@@ -190,20 +204,26 @@ class Probe:
         return rec
 
     def confirm_all(self, appetite: float, resident) -> Iterator:
-        """Confirm the candidates whose ceiling clears the bar, cheapest first, until one trains at the bar."""
-        fits = [c for c in self.ceilings if c.get("samples_per_s", 0) >= (1 + self.cfg.headroom) * appetite]
-        if not fits:  # none can keep up alone: confirm the fastest, so the pick is a measurement all the same
-            fits = sorted((c for c in self.ceilings if "samples_per_s" in c), key=lambda c: -c["samples_per_s"])[:1]
+        """Confirm the candidates not yet confirmed whose ceiling clears the bar, cheapest first, until one trains
+        at the bar (returns True then); when none can keep up alone, the fastest, so that the pick is measured."""
+        done = [w["config"] for w in self.windows if w["kind"] == "loader"] + [c["config"] for c in self.failed]
+        measured = [c for c in self.ceilings if "samples_per_s" in c and c["config"] not in done]
+        fits = [c for c in measured if self.fits(c, appetite)]
+        if not fits and not done:
+            fits = sorted(measured, key=lambda c: -c["samples_per_s"])[:1]
         order = sorted(fits, key=lambda c: (c["cores_at_appetite"] or 0.0, c["config"][1] or 0))
         t = time.perf_counter()
-        for n, c in enumerate(order):
-            if n and time.perf_counter() - self.t0 > self.cfg.budget_s:
-                self.echo(f"time budget ({self.cfg.budget_s:.0f} s) spent: {len(order) - n} candidates not confirmed")
-                break
-            got = yield from self.confirm(c["config"], resident)
-            if got and got[0] >= MIN_VS_DATA_FREE * appetite and got[1] < MAX_STARVATION:
-                break
-        self.times["confirm_s"] = time.perf_counter() - t
+        try:
+            for n, c in enumerate(order):
+                if (n or done) and self.over_budget():
+                    self.echo(f"time budget ({self.cfg.budget_s:.0f} s) spent: {len(order) - n} left unconfirmed")
+                    return False
+                got = yield from self.confirm(c["config"], resident)
+                if got and got[0] >= MIN_VS_DATA_FREE * appetite and got[1] < MAX_STARVATION:
+                    return True
+            return False
+        finally:
+            self.times["confirm_s"] = self.times.get("confirm_s", 0.0) + time.perf_counter() - t
 
     def confirm(self, cand: tuple, resident) -> Iterator:
         """One candidate in the loop; returns (samples/s, starvation), or None when it failed."""
@@ -220,7 +240,7 @@ class Probe:
                 yield self.step(next(stream))
             a, b = yield from self.window(stream)
         except Exception as e:  # recorded in the probe's summary; the next candidate is tried
-            self.ceilings.append({"config": cand, "confirm_error": f"{type(e).__name__}: {e}"})
+            self.failed.append({"config": cand, "error": f"{type(e).__name__}: {e}"})
             self.echo(f"confirm {_label(cand)}: failed ({type(e).__name__}: {str(e)[:200]})")
             return None
         finally:
@@ -331,6 +351,7 @@ def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path
         write_json_atomic(out / f"{rec['name']}.json", rec)
     probe.times["total_s"] = time.perf_counter() - probe.t0
     summary = {"grid_id": grid, "config": asdict(probe.cfg), "times": probe.times, "ceilings": probe.ceilings,
+               "failed_in_loop": probe.failed,
                "confirmed": sum(w["kind"] == "loader" for w in probe.windows), "run": run}  # fmt: skip
     write_json_atomic(out / f"fastest-probe-{grid}.json", summary)
     finalize(out)
