@@ -5,9 +5,11 @@ every time (35-45 s for `ddpm_cifar10` on an H100). The probe pays them once: it
 (`training.loop.main`) in this process on a throwaway copy of the model, and feeds that loop itself, step by step:
 
 1. the data-free rate: one batch already on the device, again and again, after the compile and capture are done;
-2. each candidate loader's ceiling, between two steps of the loop (the device idle, no model): batches per second
-   delivered to the device, `ceiling_s` seconds after two warm-up batches. Worker counts go up only while the ceiling
-   stays under the data-free rate plus `headroom`, since more workers only cost more cores;
+2. candidate loaders' ceilings, each between two steps of the loop (the device idle, no model): samples per second
+   delivered to the device, `ceiling_s` seconds after two warm-up batches. Backends go least host work per sample
+   first (resident `gpu`, DALI, FFCV, HDF5, files); a backend's worker count goes up only while its ceiling stays
+   under the data-free rate plus `headroom`; the ceilings stop at a candidate that keeps up while keeping fewer than
+   `enough_cores` busy at the model's rate (none could save more), and resume if every one measured fails in step 3;
 3. the candidates whose ceiling clears that bar, cheapest first (the CPU cores each keeps busy at the model's rate,
    from its ceiling run), confirmed in the loop: `loader_warmup` steps, then `segment_s` seconds of steps, until one
    trains at 99% of the data-free rate or more with under 1% starvation (none past `budget_s` but the first);
@@ -15,7 +17,9 @@ every time (35-45 s for `ddpm_cifar10` on an H100). The probe pays them once: it
 
 A ceiling is trusted only to rule a loader out (a loader slower alone than the model's appetite cannot feed it) and
 to order the rest; only a measurement in the training loop, against the data-free rate of the same process, picks.
-The loop's steps are timed by its own StepTimer (CUDA events on a GPU), exactly as a bench run's are.
+The loop's steps are timed by its own StepTimer (CUDA events on a GPU), exactly as a bench run's are; the probe ends
+the loop by raising ProbeDone from the feed. The compile (about 2 minutes for `ddpm_cifar10` with an empty
+torch.compile cache, 15-20 s from a warm one) is the model's own: the training that follows reuses the cache.
 
 The data-free and confirming windows are written as bench result records (one grid), so `fastest` reads them like a
 grid's, `bench report` tables them, and a second call is instant; `fastest-probe-GRID.json` beside them holds every
@@ -29,7 +33,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -291,11 +295,12 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
 
     from .env import hardware
     from .monitor import ResourceMonitor
+    from .probe_records import job_of, write_records
     from .run_one import build
 
     cfg = cfg or ProbeConfig.for_device(key["device"])
     grid = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    resident = build(_job(data, key, grid, kind="data_free", backend=None))[0].batch
+    resident = build(job_of(data, key, grid, kind="data_free", backend=None))[0].batch
     gpu_uuid = hardware(key["device"]).get("gpu_uuid")
     with ResourceMonitor(interval=0.1, gpu_uuid=gpu_uuid) as monitor, _alone():
         probe = Probe(Path(data), manifest, key, cfg, monitor, echo)
@@ -311,50 +316,9 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
                 stopped = None
     if stopped:
         raise KeyboardInterrupt(f"{stopped} while `fastest` measured; nothing was written")
+
     summary = write_records(probe, Path(data), manifest, grid, out)
     _release(key["device"])
-    return summary
-
-
-def _job(data: Path, key: dict, grid: str, **kind):
-    from .job import Job
-
-    fixed = dict(batch_size=key["batch_size"], model=key["model"], device=key["device"], compile=key["compile"],
-                 precision=key["precision"], cpus=None, grid_id=grid, data=str(data))  # fmt: skip
-    return Job(**({"workers": None, "pin_memory": None, "steps": 0, "warmup": 0} | fixed | kind))
-
-
-def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path) -> dict:
-    """One bench record per window (data-free r0 and r1, each confirmed candidate), the summary, then finalize."""
-    from .env import run_record
-    from .results import finalize
-    from .run_one import write_json_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    run = run_record(probe.key["device"]) | {"command": "train --loader fastest (in-process probe)"}
-    data_rec = {"path": str(Path(data).resolve()), "digest": manifest["digest"]["total"], "kind": manifest["kind"],
-                "count": manifest["count"]}  # fmt: skip
-    for n, w in enumerate(probe.windows):
-        a, b = w["steps"]
-        backend, workers, pin = w.get("config", (None, None, None))
-        repeat = sum(v["kind"] == w["kind"] and v.get("config") == w.get("config") for v in probe.windows[:n])
-        job = _job(data, probe.key, grid, kind=w["kind"], backend=backend, workers=workers, pin_memory=pin,
-                   steps=b - a, warmup=a, repeat=repeat)  # fmt: skip
-        s = probe.timer.summary(skip=a, stop=b)
-        figures = {"samples_per_s": job.batch_size * s.steps / s.wall_s, "starvation": s.to_dict(),
-                   "first_batch_s": w.get("first_batch_s", 0.0)}  # fmt: skip
-        figures |= probe.monitor.figures(*probe.timer.window(a, b))
-        if figures.get("cpu_cores") is not None:
-            figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
-        rec = {"name": f"fastest{grid}-{job.name}", "job": job.to_dict(), "data": data_rec, "run": run,
-               "figures": figures, "probe": f"fastest-probe-{grid}.json"}  # fmt: skip
-        write_json_atomic(out / f"{rec['name']}.json", rec)
-    probe.times["total_s"] = time.perf_counter() - probe.t0
-    summary = {"grid_id": grid, "config": asdict(probe.cfg), "times": probe.times, "ceilings": probe.ceilings,
-               "failed_in_loop": probe.failed,
-               "confirmed": sum(w["kind"] == "loader" for w in probe.windows), "run": run}  # fmt: skip
-    write_json_atomic(out / f"fastest-probe-{grid}.json", summary)
-    finalize(out)
     return summary
 
 
