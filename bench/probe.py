@@ -58,7 +58,7 @@ class ProbeConfig:
 
     @classmethod
     def for_device(cls, device: str) -> ProbeConfig:
-        return cls() if device.startswith("cuda") else cls(warmup=1, loader_warmup=1, segment_s=2.0, min_steps=3)
+        return cls() if device.startswith("cuda") else cls(warmup=1, loader_warmup=1, segment_s=2.0, min_steps=2)
 
 
 class ProbeDone(Exception):

@@ -19,7 +19,7 @@ DIGEST = "ab" * 32
 
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory) -> Path:
-    """128 synthetic images, HDF5 only: the short bench can use hdf5 and gpu."""
+    """128 synthetic images, HDF5 only: the probe can use hdf5 and gpu."""
     from dataprep.convert import ConvertConfig, convert
 
     out = tmp_path_factory.mktemp("fastest") / "img"
