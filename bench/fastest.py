@@ -1,26 +1,41 @@
-"""`train --loader fastest`: the loader configuration to train with, chosen from bench results.
+"""`train --loader fastest`: the loader configuration to train with, chosen from bench results, or measured first.
 
-Among the results for the same data (the manifest digest, so a copy or a move of the directory still matches), the
-same device (type, and GPU name on CUDA), model, batch size, precision and compile setting (a compiled model eats
-faster, so it may need a different loader), from the latest grid that has any: the configuration with
-the highest training rate whose starvation is under 1%; rates within 2% (run-to-run spread) count as a tie, won by
-the configuration that keeps fewer CPU cores busy. With no such results, a short bench runs first, and the reason
-says so.
+What counts: results for the same data (the manifest digest, so a copy or a move of the directory still matches),
+the same device (type, and GPU name on CUDA), model, batch size, precision and compile setting (a compiled model eats
+faster, so it may need a different loader), from the latest grid that has any. Among them, the configurations fed at
+the bar (under 1% starvation and, where the data-free rate of the same grid is known, at 99% of it or more), and of
+those the one with the highest rate; configurations tie with it when their rates cannot be told apart, and a tie goes
+to the one that keeps fewer CPU cores busy.
+
+When rates cannot be told apart: with two repeats or more, a configuration's range is its lowest to highest rate, and
+ranges that overlap tie. A single run has no range of its own: it gets the spread measured for that model on that
+device, the range of the data-free runs (highest minus lowest, over their median) of the same grid, else of that
+directory's data-free runs of the same setting, else DEFAULT_SPREAD (1%: repeated data-free runs of the H100
+findings spread 0.8-0.9%). A single run's range is its rate plus or minus half that spread, so two single runs tie
+when they differ by less than the spread.
+
+With no such results, `bench.probe` measures in this process first (about a minute; see its docstring for what it
+measures and trusts): the data-free rate twice, every candidate's ceiling, and the cheapest candidates that can keep
+up confirmed in the real training loop. Its windows are written as one grid of bench results, picked from by the same
+rule, so a second call is instant.
 
 Where results are looked for: `results_dir` if given, else $GPUFEED_BENCH_RESULTS if set, else DATA_DIR/.gpufeed-bench/
-(where `bench loaders` writes by default); a short bench writes there too, or, if DATA_DIR is read-only, to
+(where `bench loaders` writes by default); the probe writes there too, or, if DATA_DIR is read-only, to
 ~/.cache/gpufeed/bench/<digest>/."""
 
 from __future__ import annotations
 
 import os
+import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-MAX_STARVATION = 0.01  # the issue's bar: a GPU waiting 1% of the time or more is worth a different loader
-TIE = 0.02  # rates closer than this are not distinguishable from run to run: prefer the cheaper configuration
-SHORT = dict(steps=30, warmup=10)  # a short bench: ~1 s of steps per configuration after warm-up on a GPU
+from .probe import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
+
+# the spread when no data-free run was repeated: repeated data-free runs of the H100 findings spread 0.8-0.9%
+DEFAULT_SPREAD = 0.01
 
 
 @dataclass
@@ -49,12 +64,13 @@ def _writable_dir(data_dir: Path, digest: str) -> Path:
     return Path.home() / ".cache" / "gpufeed" / "bench" / digest[:16]
 
 
-def matching(
+def scenario_rows(
     results_dir: Path, *, digest: str, device: str, model: str, batch_size: int, precision: str, compile: bool
 ) -> list[dict]:
-    """Grouped configurations (bench.results.group) matching, from the latest grid that has any."""
+    """Flat rows (bench.results.flat) of every grid in the directory, loader and data-free runs, for this setting on
+    this machine (its GPU name, at most its cores)."""
     from .env import hardware
-    from .results import flat, group, load_records
+    from .results import flat, load_records
 
     here = hardware(device)  # as each result recorded where it ran
     cuda, gpu, cores = device.startswith("cuda"), here.get("gpu"), here["cpus_allowed"]
@@ -73,17 +89,61 @@ def matching(
             and (not cuda or hw.get("gpu") == gpu)
         ):
             keep.append(row)
-    groups = group(keep)
+    return keep
+
+
+def latest_groups(rows: list[dict]) -> list[dict]:
+    """Grouped configurations (bench.results.group) of the latest grid that has any."""
+    from .results import group
+
+    groups = group(rows)
     latest = max((g["grid_id"] for g in groups), default=None)
     return [g for g in groups if g["grid_id"] == latest]
 
 
-def pick(groups: list[dict]) -> tuple[dict, str]:
-    """The winner and why, in words."""
-    fed = [g for g in groups if g["starvation"] < MAX_STARVATION]
-    pool = fed or groups
-    top = max(g["samples_per_s"] for g in pool)
-    close = [g for g in pool if g["samples_per_s"] >= (1 - TIE) * top]
+def matching(
+    results_dir: Path, *, digest: str, device: str, model: str, batch_size: int, precision: str, compile: bool
+) -> list[dict]:
+    """Grouped configurations matching, from the latest grid that has any."""
+    key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
+    return latest_groups(scenario_rows(results_dir, **key))
+
+
+def measured_spread(rows: list[dict], grid_id: str | None = None) -> tuple[float, str]:
+    """The relative range of the data-free runs among `rows` (one setting), of grid `grid_id` if it has two or
+    more, else of every grid; DEFAULT_SPREAD when fewer than two were run. Returns (spread, where it came from)."""
+    free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and r.get("samples_per_s")]
+    for runs, where in (([r for r in free if r.get("grid_id") == grid_id], f"grid {grid_id}"), (free, "all grids")):
+        if len(runs) >= 2:
+            rates = [r["samples_per_s"] for r in runs]
+            spread = (max(rates) - min(rates)) / statistics.median(rates)
+            return spread, f"the range of {len(runs)} data-free runs ({where})"
+    return DEFAULT_SPREAD, f"the default {DEFAULT_SPREAD:.0%}: no data-free run was repeated"
+
+
+def _range(g: dict, spread: float) -> tuple[float, float]:
+    """The rates a configuration cannot be told apart from: its repeats' range, or one run's rate +- spread/2."""
+    if g.get("repeats", 1) >= 2:
+        return g["samples_per_s_min"], g["samples_per_s_max"]
+    return g["samples_per_s"] * (1 - spread / 2), g["samples_per_s"] * (1 + spread / 2)
+
+
+def ties(a: dict, b: dict, spread: float) -> bool:
+    (lo_a, hi_a), (lo_b, hi_b) = _range(a, spread), _range(b, spread)
+    return lo_a <= hi_b and lo_b <= hi_a
+
+
+def fed(g: dict) -> bool:
+    """At the bar: under 1% starvation and, where the data-free rate is known, at 99% of it or more."""
+    return g["starvation"] < MAX_STARVATION and (g.get("vs_data_free") is None or g["vs_data_free"] >= MIN_VS_DATA_FREE)
+
+
+def pick(groups: list[dict], spread: float = DEFAULT_SPREAD, spread_from: str = "") -> tuple[dict, str]:
+    """The winner and why, in words; `spread` (and where it came from) decides ties between single runs."""
+    at_bar = [g for g in groups if fed(g)]
+    pool = at_bar or groups
+    top = max(pool, key=lambda g: g["samples_per_s"])
+    close = [g for g in pool if ties(g, top, spread)]
     cores = lambda g: g["cpu_cores"] if g["cpu_cores"] is not None else float(g["workers"] or 0)  # noqa: E731
     win = min(close, key=lambda g: (cores(g), -g["samples_per_s"]))
     vs = f" ({win['vs_data_free']:.1%} of the data-free rate)" if win.get("vs_data_free") else ""
@@ -91,13 +151,16 @@ def pick(groups: list[dict]) -> tuple[dict, str]:
         f"{win['samples_per_s']:,.0f} samples/s{vs} at {win['starvation']:.2%} starvation, {cores(win):.1f} CPU "
         f"cores busy; "
     )
-    if fed:
-        why += (
-            f"the highest rate under {MAX_STARVATION:.0%} starvation among {len(groups)} configurations "
-            f"({len(close)} within {TIE:.0%} of it, the one using the fewest CPU cores won)"
-        )
+    bar = f"under {MAX_STARVATION:.0%} starvation at {MIN_VS_DATA_FREE:.0%} of the data-free rate or more"
+    if at_bar:
+        why += f"the highest rate {bar} among {len(groups)} configurations"
     else:
-        why += f"none of {len(groups)} configurations stayed under {MAX_STARVATION:.0%} starvation: took the fastest"
+        why += f"none of {len(groups)} configurations was {bar}: took the fastest"
+    if len(close) > 1:
+        why += (
+            f" ({len(close) - 1} more tie with it: repeats that overlap, or single runs within a {spread:.1%} "
+            f"spread{', ' + spread_from if spread_from else ''}; the one using the fewest CPU cores won)"
+        )
     return win, why
 
 
@@ -111,64 +174,45 @@ def choose(
     compile: bool = False,
     results_dir: Path | None = None,
 ) -> Choice:
-    """The loader configuration for `train --loader fastest`; runs a short bench first when there are no results."""
+    """The loader configuration for `train --loader fastest`; measures in-process first when there are no results."""
     from dataprep.manifest import load_manifest
+
+    from .probe import run_probe
 
     manifest = load_manifest(data_dir)
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
     for d in dict.fromkeys(dirs):
-        groups = matching(d, **key) if d.is_dir() else []
-        if groups:
-            win, why = pick(groups)
+        rows = scenario_rows(d, **key) if d.is_dir() else []
+        if latest_groups(rows):
+            win, why = _pick(rows)
             return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}): {why}")
     out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
     t0 = time.perf_counter()
-    n = short_bench(Path(data_dir), manifest, key, out)
-    groups = matching(out, **key)
-    if not groups:
+    echo = lambda line: print(f"fastest: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    summary = run_probe(Path(data_dir), manifest, key, out, echo=echo)
+    rows = scenario_rows(out, **key)
+    if not latest_groups(rows):
         from loaders import LoaderError
 
-        raise LoaderError(f"the short bench in {out} finished no configuration; see {out / 'grid.log'} for why, or "
-                          f"pass --loader with a backend name")  # fmt: skip
-    win, why = pick(groups)
+        raise LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
+                          f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
+    win, why = _pick(rows)
+    measured = sum("samples_per_s" in c for c in summary["ceilings"])
     prefix = (
-        f"no bench results for this data, device, model, batch size, precision and compile setting: ran a short "
-        f"bench first ({n} runs, {time.perf_counter() - t0:.0f} s, results in {out}); "
+        f"no bench results for this data, device, model, batch size, precision and compile setting: measured in "
+        f"this process first ({time.perf_counter() - t0:.0f} s: the data-free rate twice, {measured} loader "
+        f"ceilings, {summary['confirmed']} confirmed in the training loop; results in {out}); "
     )
     return _choice(win, batch_size, prefix + why)
 
 
+def _pick(rows: list[dict]) -> tuple[dict, str]:
+    groups = latest_groups(rows)
+    spread, where = measured_spread(rows, groups[0]["grid_id"])
+    return pick(groups, spread, where)
+
+
 def _choice(win: dict, batch_size: int, reason: str) -> Choice:
     return Choice(win["backend"], int(win["workers"] or 0), bool(win["pin_memory"]), batch_size, reason)
-
-
-def short_bench(data_dir: Path, manifest: dict, key: dict, out: Path) -> int:
-    """Every backend whose format is present, a few worker counts, pin_memory on, in the setting `key` (as for
-    `matching`); returns the number of runs."""
-    from loaders import NEEDS_FORMAT
-
-    from .grid import GridConfig, run_grid
-
-    formats = manifest["formats"]
-    backends = tuple(b for b, f in NEEDS_FORMAT.items() if f in formats or (b == "gpu" and "files" in formats))
-    cores = len(os.sched_getaffinity(0))
-    workers = (4, 8) if key["device"].startswith("cuda") else (0, 2)
-    cfg = GridConfig(
-        data=Path(data_dir),
-        out=out,
-        backends=backends,
-        workers=tuple(sorted({min(w, cores) for w in workers})),
-        pin_memory=(True,),
-        batch_sizes=(key["batch_size"],),
-        model=key["model"],
-        device=key["device"],
-        precision=key["precision"],
-        compile=key["compile"],
-        repeats=1,
-        command=f"train --loader fastest (short bench of {data_dir})",
-        **SHORT,
-    )
-    outcome = run_grid(cfg, echo=lambda line: print(f"fastest: {line}", flush=True))
-    return len(outcome.done) + len(outcome.failed)
