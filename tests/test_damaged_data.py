@@ -89,15 +89,15 @@ def test_a_damaged_manifest_is_refused_by_every_loader(prepared, tmp_path, backe
 
 def flip_positions(size: int, rng: random.Random) -> list[tuple[int, int]]:
     """(byte, bit) pairs: headers and tables live at the ends of these files, so most flips go there."""
-    head = [rng.randrange(min(size, 4096)) for _ in range(3)]
-    tail = [rng.randrange(max(0, size - 4096), size) for _ in range(2)]
+    head = [rng.randrange(min(size, 4096)) for _ in range(2)]
+    tail = [rng.randrange(max(0, size - 4096), size)]
     return [(b, rng.randrange(8)) for b in head + tail + [rng.randrange(size)]]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_flipped_bits_never_crash_hang_or_pass_verify(prepared, tmp_path, backend):
-    """Six flips per file, each in a fresh copy: the loader refuses at open, fails naming the file, or delivers the
+    """Four flips per file, each in a fresh copy: the loader refuses at open, fails naming the file, or delivers the
     samples (the same or damaged ones); it never crashes, hangs or leaves a foreign exception. verify always names the
     file (its sha256 changed)."""
     rng = random.Random(f"flips-{backend}")
