@@ -87,6 +87,14 @@ def cli() -> None:
     help="Minutes: start no configuration expected to end later (the first always runs); finish with --resume.",
 )
 @click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a configuration may run before it is stopped and recorded as failed [default: 10x its estimate, "
+    "at least 600].",
+)
+@click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
