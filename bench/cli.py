@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from .job import BACKEND_NAMES, MODEL_CHOICES
+from .watch import watch_cmd  # light: click and psutil; matplotlib only when plotting
 
 PINS = {"on": True, "off": False}
 
@@ -170,6 +171,9 @@ def report(results_dir: Path) -> None:
         click.echo(f"wrote {write_report(results_dir)}")
     except ValueError as e:
         raise click.ClickException(str(e)) from None
+
+
+cli.add_command(watch_cmd, name="watch")
 
 
 def main() -> None:
