@@ -6,10 +6,11 @@ device), open file descriptors, threads and child processes, every `interval` se
 
 Writes DIR/resources.jsonl (one sample a line, flushed as it goes, so a killed watch keeps its curve),
 DIR/resources.png (one panel per quantity, warm-up shaded) and DIR/resources-summary.json: per quantity its median
-over the first and the last tenth of the run between warm-up and the SIGTERM of `--duration`, the growth between them and whether that is flat
-(growth within FLAT_FRACTION, or FLAT_MIB / FLAT_COUNT), the command's exit status, and every process of the tree
-still alive `grace` seconds after the command ended (there should be none). `--duration` stops the command with
-SIGTERM after that many seconds (`train` checkpoints and exits 143)."""
+over the first and the last tenth of the run between warm-up and the SIGTERM of `--duration`, the growth between
+them and whether that is flat (growth within FLAT_FRACTION, or FLAT_MIB / FLAT_COUNT), the command's exit status,
+and every process of the tree still alive `grace` seconds after the command ended (there should be none).
+`--duration` stops the command with SIGTERM after that many seconds (`train` checkpoints and exits 143). Exit
+status 1 when something grew, was left running, or the command failed."""
 
 from __future__ import annotations
 

@@ -29,9 +29,8 @@ class BatchReader(torch.utils.data.Dataset):
         except Exception as e:  # a damaged chunk passes the open check; name the file wherever this runs
             from .integrity import DamagedDataError, fix
 
-            raise DamagedDataError(
-                f"{self.path}: cannot read samples {indices[0]}.. ({type(e).__name__}: {e}); {fix(Path(self.path).parent)}"
-            ) from None
+            problem = f"cannot read samples {indices[0]}.. ({type(e).__name__}: {e})"
+            raise DamagedDataError(f"{self.path}: {problem}; {fix(Path(self.path).parent)}") from None
 
     def _read(self, indices: list[int]):
         import h5py

@@ -81,6 +81,8 @@ def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
     from dataprep.formats.ffcv import FILENAME, field_names
 
+    import ffcv.reader  # noqa: F401  (outside the try: a missing extra is build_loader's to name, not damage)
+
     path = data_dir / FILENAME
     try:
         problem = _ffcv_tables(path, manifest, count, shape, field_names(manifest["kind"]))

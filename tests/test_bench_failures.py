@@ -119,7 +119,6 @@ def test_a_damaged_result_is_skipped_by_fastest_with_a_warning(tmp_path):
     """The best result truncated, another replaced by garbage, a third with figures of the wrong type: `fastest`
     warns naming each and picks from the rest."""
     from bench.fastest import choose
-
     from dataprep.convert import ConvertConfig, convert
 
     data = tmp_path / "data"

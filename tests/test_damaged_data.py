@@ -76,8 +76,9 @@ def test_a_damaged_manifest_is_refused_by_every_loader(prepared, tmp_path, backe
         verify(truncated)
 
     rel = TARGETS[backend][0]
-    size = next(f["bytes"] for f in json.loads((prepared / "manifest.json").read_text())["formats"][
-        "hdf5" if backend == "gpu" else {"torch": "files"}.get(backend, backend)]["files"] if f["path"] == rel)  # fmt: skip
+    fmt = {"torch": "files", "gpu": "hdf5"}.get(backend, backend)
+    listed = json.loads((prepared / "manifest.json").read_text())["formats"][fmt]["files"]
+    size = next(f["bytes"] for f in listed if f["path"] == rel)
     text = (prepared / "manifest.json").read_text()
     flipped = text.replace(f'"bytes": {size},', f'"bytes": {size ^ 1},', 1)
     assert flipped != text
@@ -101,7 +102,8 @@ def test_flipped_bits_never_crash_hang_or_pass_verify(prepared, tmp_path, backen
     samples (the same or damaged ones); it never crashes, hangs or leaves a foreign exception. verify always names the
     file (its sha256 changed)."""
     rng = random.Random(f"flips-{backend}")
-    trials = [[rel, b, bit] for rel in TARGETS[backend] for b, bit in flip_positions((prepared / rel).stat().st_size, rng)]
+    sizes = {rel: (prepared / rel).stat().st_size for rel in TARGETS[backend]}
+    trials = [[rel, b, bit] for rel, size in sizes.items() for b, bit in flip_positions(size, rng)]
     args = {"data": str(prepared), "work": str(tmp_path), "backend": backend, "trials": trials}
     env = os.environ | {"PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "damage_trials.py"), json.dumps(args)], env=env,
