@@ -157,13 +157,16 @@ def _dali_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None,
         version, n = lines[0].split()
         if version != "v1.2" or int(n) != len(lines) - 1:
             return f"header {lines[0]!r} does not match its {len(lines) - 1} sample lines", 0
+        end = 0  # tar members follow each other, each after its 512-byte header, on 512-byte boundaries
         for number, line in enumerate(lines[1:], start=2):
             parts = line.split()
             if len(parts) != 4 * len(expected):
                 return f"line {number}: {len(parts) // 4} components, expected {len(expected)}", 0
             for ext, offset, size in zip(parts[0::4], parts[1::4], parts[2::4]):
-                if expected.get(ext) != int(size) or int(offset) + int(size) > tar_size:
+                start, length = int(offset), int(size)
+                if expected.get(ext) != length or start % 512 or start < end + 512 or start + length > tar_size:
                     return f"line {number}: component {ext} {offset} {size} does not fit the shard", 0
+                end = start + length
         return None, int(n)
     except (ValueError, IndexError, UnicodeDecodeError) as e:
         return f"not a DALI index ({type(e).__name__}: {e})", 0
