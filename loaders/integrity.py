@@ -79,9 +79,9 @@ def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
 
 
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.ffcv import FILENAME, field_names
-
     import ffcv.reader  # noqa: F401  (outside the try: a missing extra is build_loader's to name, not damage)
+
+    from dataprep.formats.ffcv import FILENAME, field_names
 
     path = data_dir / FILENAME
     try:
