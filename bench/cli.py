@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from .job import BACKEND_NAMES, MODEL_CHOICES
+from .soak import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
 PINS = {"on": True, "off": False}
 
@@ -86,6 +87,14 @@ def cli() -> None:
     type=click.FloatRange(min=0, min_open=True),
     default=None,
     help="Minutes: start no configuration expected to end later (the first always runs); finish with --resume.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds a configuration may run before it is stopped and recorded as failed [default: 10x its estimate, "
+    "at least 600].",
 )
 @click.option(
     "--out",
@@ -209,6 +218,9 @@ def watch(command, out, cpus, as_json, **options) -> None:
     code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else "\n".join(describe(summary, out)))
     raise SystemExit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says
+
+
+cli.add_command(soak_cmd, name="soak")
 
 
 def main() -> None:

@@ -43,6 +43,9 @@ class GridConfig:
     # stop starting configurations that would end past this many seconds (a leased GPU machine's command limit);
     # the rest are left for a rerun with resume. None: run the whole grid
     time_limit_s: float | None = None
+    # seconds one configuration may run before it is stopped and recorded as failed (a hung loader, a wedged
+    # driver). None: 10x its estimate, at least 10 minutes, which no healthy run comes near
+    timeout_s: float | None = None
     progress: bool = True
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
@@ -91,8 +94,13 @@ def child_env(cfg: GridConfig) -> dict[str, str]:
     return env
 
 
+def job_timeout_s(job: Job, timeout_s: float | None) -> float:
+    return timeout_s if timeout_s is not None else max(600.0, 10 * estimate_s([job]))
+
+
 def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) -> bool:
-    """Run one configuration in a fresh process group; True when its JSON holds figures."""
+    """Run one configuration in a fresh process group; True when its JSON holds figures. A run that crashes, is
+    killed (the kernel's out-of-memory killer sends SIGKILL) or outlives `timeout_s` is recorded as failed."""
     cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
     path.unlink(missing_ok=True)  # an earlier grid's result must not pass for this run's if the child dies silently
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -100,19 +108,28 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
         proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        _write_error(path, job, f"timed out after {timeout_s:.0f} s")
+        _write_error(path, job, f"timed out after {timeout_s:.0f} s (--timeout) and was stopped; see grid.log")
     except BaseException:  # Ctrl-C: stop the child and its workers, leave no partial JSON behind
         _kill_group(proc)
         raise
     if not path.exists():
-        _write_error(path, job, f"the run exited with status {proc.returncode} and wrote nothing; see grid.log")
+        _write_error(path, job, f"the run {_how_it_ended(proc.returncode)} and wrote nothing; see grid.log")
     return "error" not in json.loads(path.read_text())
+
+
+def _how_it_ended(returncode: int) -> str:
+    if returncode >= 0:
+        return f"exited with status {returncode}"
+    name = signal.Signals(-returncode).name
+    oom = " (out of memory? the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
+    return f"was killed by {name}{oom}"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, signal.SIGCONT)  # a stopped process acts on SIGTERM only once it runs again
         except ProcessLookupError:
             return
         try:
@@ -220,7 +237,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
                 log.write(f"\n=== {time.strftime('%H:%M:%S')} {job.name}\n".encode())
                 log.flush()
                 path, t0 = cfg.out / f"{job.name}.json", time.perf_counter()
-                ok = run_job(job, path, env, max(600.0, 10 * estimate_s([job])), log)
+                ok = run_job(job, path, env, job_timeout_s(job, cfg.timeout_s), log)
                 took.append(time.perf_counter() - t0)
                 log.write(f"=== {job.name}: {'done' if ok else 'FAILED'} in {took[-1]:.1f} s\n".encode())
                 (outcome.done if ok else outcome.failed).append(path if ok else job.name)

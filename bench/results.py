@@ -11,6 +11,7 @@ import csv
 import json
 import os
 import statistics
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
@@ -64,17 +65,25 @@ CSV_COLUMNS = [
 ]
 
 
+class ResultWarning(UserWarning):
+    """A result file that cannot be used: skipped, and named."""
+
+
 def load_records(results_dir: Path) -> list[dict]:
-    """Every run record in the directory (files that are not bench records are ignored)."""
+    """Every run record in the directory. Files that are not bench records are ignored; a damaged one (not JSON, or a
+    record whose fields cannot be read) is skipped with a ResultWarning naming it, so one bad file never stops a
+    report or `train --loader fastest`."""
     out = []
     for path in sorted(Path(results_dir).glob("*.json")):
         try:
             rec = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(rec, dict) and "job" in rec:
-            rec["_path"] = str(path)
-            out.append(rec)
+            if isinstance(rec, dict) and "job" in rec:
+                flat(rec)  # every reader of a record goes through flat: a record it cannot read is damaged
+                rec["_path"] = str(path)
+                out.append(rec)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            warnings.warn(f"{path}: skipped, not a readable bench result ({type(e).__name__}: {e})", ResultWarning,
+                          stacklevel=2)  # fmt: skip
     return out
 
 

@@ -24,21 +24,28 @@ class LoaderError(ValueError):
 
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
-    from dataprep.manifest import load_manifest
+    from dataprep.manifest import ManifestError, load_manifest
 
     from .base import LoaderOptions
+    from .integrity import check_format, fix
 
     if name not in BACKENDS:
         raise LoaderError(f"unknown loader {name!r}; valid: {', '.join(BACKENDS)}")
-    manifest = load_manifest(data_dir)
+    try:
+        manifest = load_manifest(data_dir)
+    except ManifestError as e:
+        raise LoaderError(f"{e}; {fix(data_dir)}") from None
     fmt = NEEDS_FORMAT[name]
     if fmt not in manifest["formats"] and not (name == "gpu" and "files" in manifest["formats"]):
         raise LoaderError(
             f"{data_dir} has no {fmt!r} format (it has {', '.join(manifest['formats'])}); "
             f"run: dataprep convert --format {fmt} ..."
         )
+    if name == "gpu" and fmt not in manifest["formats"]:
+        fmt = "files"
     module_name, cls_name = BACKENDS[name].split(":")
     try:  # backends import their optional libraries at module level or in __init__, so both are covered here
+        check_format(data_dir, manifest, fmt)  # cheap: sizes and headers, no hashing
         cls = getattr(importlib.import_module(module_name), cls_name)
         return cls(Path(data_dir), manifest, LoaderOptions(**options))
     except ImportError as e:

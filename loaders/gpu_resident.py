@@ -52,7 +52,13 @@ class GpuResidentLoader(Loader):
         from dataprep.formats import module
 
         fmt = "hdf5" if "hdf5" in self.manifest["formats"] else "files"
-        chunks = list(module(fmt).read_chunks(self.data_dir, self.manifest, 8192))
+        try:
+            chunks = list(module(fmt).read_chunks(self.data_dir, self.manifest, 8192))
+        except Exception as e:  # damage the open check cannot see (sizes intact): name the data and the fix
+            from .integrity import DamagedDataError, fix
+
+            raise DamagedDataError(f"{self.data_dir}: cannot read its {fmt} samples ({type(e).__name__}: {e}); "
+                                   f"{fix(self.data_dir)}") from None  # fmt: skip
         return np.concatenate([c.x for c in chunks]), np.concatenate([c.y for c in chunks])
 
     def _generator(self, salt: int) -> torch.Generator:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices
+from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -24,6 +24,15 @@ class BatchReader(torch.utils.data.Dataset):
         self.path, self._file, self._pid = str(path), None, None
 
     def __getitem__(self, indices: list[int]):
+        try:
+            return self._read(indices)
+        except Exception as e:  # a damaged chunk passes the open check; name the file wherever this runs
+            from .integrity import DamagedDataError, fix
+
+            problem = f"cannot read samples {indices[0]}.. ({type(e).__name__}: {e})"
+            raise DamagedDataError(f"{self.path}: {problem}; {fix(Path(self.path).parent)}") from None
+
+    def _read(self, indices: list[int]):
         import h5py
 
         if self._file is None or self._pid != os.getpid():
@@ -64,9 +73,10 @@ class Hdf5Loader(Loader):
                 worker_init_fn=leave_stop_signals_to_the_parent,
             )  # fmt: skip
         self._sampler = self._batches()
-        for i, (x, y) in enumerate(self._loader):
-            x = x.to(o.device, non_blocking=self.pin)
-            yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
+        with worker_errors("hdf5", self.data_dir):
+            for i, (x, y) in enumerate(self._loader):
+                x = x.to(o.device, non_blocking=self.pin)
+                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
 
     def close(self) -> None:
         if self._loader is not None and getattr(self._loader, "_iterator", None) is not None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices
+from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
 
 
 class FilesDataset(torch.utils.data.Dataset):
@@ -27,6 +27,17 @@ class FilesDataset(torch.utils.data.Dataset):
         return len(self.rows)
 
     def __getitem__(self, i: int):
+        try:
+            return self._read(i)
+        except Exception as e:  # a damaged file passes the open check when its size is intact; name it
+            from .integrity import DamagedDataError, fix
+
+            path = self.root / self.rows[i][0]
+            raise DamagedDataError(
+                f"{path}: cannot decode ({type(e).__name__}: {e}); {fix(self.root.parent)}"
+            ) from None
+
+    def _read(self, i: int):
         path, label = self.root / self.rows[i][0], int(self.rows[i][1])
         if self.kind == "audio":
             import soundfile as sf
@@ -62,11 +73,12 @@ class TorchFilesLoader(Loader):
             multiprocessing_context=o.mp_context if o.workers else None,
             worker_init_fn=leave_stop_signals_to_the_parent,
         )  # fmt: skip
-        for x, y in loader:
-            x = x.to(o.device, non_blocking=self.pin)
-            y = y.to(o.device, non_blocking=self.pin)
-            if self.kind == "image":  # already normalized and flipped on the CPU by the transforms
-                x = x.to(o.dtype)
-                yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y)
-            else:
-                yield self.finish(x, y, 0)
+        with worker_errors("torch", self.data_dir):
+            for x, y in loader:
+                x = x.to(o.device, non_blocking=self.pin)
+                y = y.to(o.device, non_blocking=self.pin)
+                if self.kind == "image":  # already normalized and flipped on the CPU by the transforms
+                    x = x.to(o.dtype)
+                    yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y)
+                else:
+                    yield self.finish(x, y, 0)

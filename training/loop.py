@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from bench.starvation import StepTimer
+from loaders.base import worker_errors
 
 from . import ddp
 from .checkpoint import (
@@ -213,12 +214,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     profile_at = start_step + max(
         1, min(cfg.timing_warmup - cfg.profile_steps, cfg.steps - start_step - cfg.profile_steps)
     )
-    while step < cfg.steps and not stopping:
-        if cfg.profile and step == profile_at:
-            out = run_dir / "profile" / (f"rank{info.rank}" if info.enabled else "")
-            profile_steps(one_step, min(cfg.profile_steps, cfg.steps - step), out)
-        else:
-            one_step()
+    with worker_errors(backend, cfg.data):  # a dead worker can surface anywhere in a step (PyTorch's SIGCHLD handler)
+        while step < cfg.steps and not stopping:
+            if cfg.profile and step == profile_at:
+                out = run_dir / "profile" / (f"rank{info.rank}" if info.enabled else "")
+                profile_steps(one_step, min(cfg.profile_steps, cfg.steps - step), out)
+            else:
+                one_step()
     drain()
     log.close()
     figures = log.final(timer, flops)
