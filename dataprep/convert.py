@@ -18,6 +18,7 @@ from .formats import expand, writer_class
 from .formats.base import DatasetMeta
 from .manifest import NAME, write_json_atomic
 from .sources import AudioSpec, build_source
+from .sources.images import RESIZE_METHOD
 
 CHUNK = 1024  # samples per chunk: bounded memory (3 MiB of CIFAR, 64 MiB of 1 s audio) and cheap per-chunk overhead
 
@@ -34,11 +35,12 @@ class ConvertConfig:
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
     split: str = "train"
     limit: int | None = None  # first N usable samples; the size of the synthetic sets
-    workers: int = os.cpu_count() or 1  # decoding processes (file sources) and FFCV writer processes
+    workers: int = len(os.sched_getaffinity(0))  # processes decoding, encoding and writing FFCV: the cores we may use
     on_bad_file: str = "error"  # or "skip": leave bad samples out and list them in the manifest
     sample_rate: int = 16000
     clip_seconds: float = 1.024  # 16384 samples at 16 kHz: 64 STFT hops of 256
     channels: int = 1
+    size: int | None = None  # images: shorter side to size, centre crop size x size (see dataprep.sources.images)
     progress: bool = True
     overwrite: bool = False
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
@@ -90,9 +92,13 @@ def convert(cfg: ConvertConfig) -> dict:
 
     if cfg.on_bad_file not in ("error", "skip"):
         raise ConvertError(f"on_bad_file must be 'error' or 'skip', not {cfg.on_bad_file!r}")
+    if cfg.size is not None and cfg.size < 1:
+        raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
-    source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec)
+    source = build_source(
+        cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
+    )
     out = Path(cfg.output)
     tmp = _prepare_output(out, cfg.overwrite)
     writers, digest, skipped, meta = {}, SampleDigest(), [], None
@@ -155,6 +161,7 @@ def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
         "count": digest.count,
         "classes": meta.classes,
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
+        "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),
         "formats": formats,
         "skipped": skipped,

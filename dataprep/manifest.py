@@ -34,6 +34,11 @@ def load_manifest(data_dir: Path | str) -> dict:
     return manifest
 
 
+def resize_line(manifest: dict) -> str:
+    r = manifest["resize"]
+    return f"to {r['size']} x {r['size']} at conversion ({r['method']})"
+
+
 def describe(manifest: dict) -> str:
     """A readable summary for `dataprep info`."""
     src = manifest.get("source", {})
@@ -46,6 +51,8 @@ def describe(manifest: dict) -> str:
     if manifest.get("audio"):
         a = manifest["audio"]
         lines.append(f"audio:   {a['sample_rate']} Hz, {a['clip_seconds']} s clips, {a['channels']} channel(s)")
+    if manifest.get("resize"):
+        lines.append(f"resized: {resize_line(manifest)}")
     for name, fmt in manifest["formats"].items():
         size = sum(f["bytes"] for f in fmt["files"])
         lines.append(f"format:  {name:6s} {len(fmt['files']):6,} file(s) {size / 2**20:9.1f} MiB")

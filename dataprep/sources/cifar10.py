@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import Chunk, InputError, Source
+from .images import resize_array
 
 SPLITS = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
 
@@ -25,10 +26,10 @@ def find_batches_dir(path: Path) -> Path | None:
 class Cifar10Source(Source):
     kind = "image"
 
-    def __init__(self, path: Path, split: str = "train") -> None:
+    def __init__(self, path: Path, split: str = "train", size: int | None = None) -> None:
         if split not in SPLITS:
             raise InputError(f"CIFAR-10 has splits {sorted(SPLITS)}, not {split!r}")
-        self.split, self.archive = split, Path(path)
+        self.split, self.archive, self.size = split, Path(path), size
         self.path = str(path)
         self._tar = tarfile.open(path) if Path(path).is_file() else None
         self.dir = None if self._tar else find_batches_dir(Path(path))
@@ -66,5 +67,7 @@ class Cifar10Source(Source):
             # stored planar (N, 3, 32, 32): make it HWC like every decoded image
             x = np.ascontiguousarray(np.asarray(data, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             y = np.asarray(labels, np.int64)
+            if self.size is not None and self.size != 32:
+                x = np.stack([resize_array(im, self.size) for im in x])
             for i in range(0, len(y), chunk_size):
                 yield Chunk(x[i : i + chunk_size], y[i : i + chunk_size])

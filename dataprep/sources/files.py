@@ -3,28 +3,13 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
 from .base import BadSample, Chunk, Source
-
-IMAGE_EXTS = (".png", ".jpg", ".jpeg")
-
-
-def decode_image(path: Path) -> tuple[np.ndarray, None]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im.load()  # decode now, so a truncated file fails here and not in a loader months later
-            rgb = im if im.mode == "RGB" else im.convert("RGB")
-            return np.asarray(rgb, dtype=np.uint8), None
-    except UnidentifiedImageError:
-        raise BadSample(path, "not an image (PIL cannot identify the file)") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise BadSample(path, f"corrupt or truncated image ({e})") from None
 
 
 def _safe(decode: Callable, path: Path):
@@ -92,7 +77,7 @@ class FileSource(Source):
                 if shape is None:
                     shape, first = x.shape, rel
                 elif x.shape != shape:
-                    ok, value = False, f"inconsistent sample shape {x.shape}; {first} has {shape}"
+                    ok, value = False, self._mismatch(x.shape, first, shape)
             if not ok:
                 if on_bad_file == "error":
                     raise BadSample(rel, value)
@@ -107,6 +92,10 @@ class FileSource(Source):
         if ys or skipped:
             yield self._chunk(xs, ys, lengths, skipped)
 
+    def _mismatch(self, got: tuple, first: Path, shape: tuple) -> str:
+        hint = "; pass --size N to resize every image to N x N" if self.kind == "image" else ""
+        return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
+
     @staticmethod
     def _chunk(xs, ys, lengths, skipped) -> Chunk:
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
@@ -115,5 +104,16 @@ class FileSource(Source):
 
 
 def list_files(folder: Path) -> list[Path]:
-    """Visible files below `folder`, sorted, so the output order never depends on the file system."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """Every visible entry below `folder` that is not a folder, sorted, so the output order never depends on the file
+    system. Broken symlinks and symlink loops are listed too: decoding them fails with the file named, instead of
+    the sample vanishing silently. Symlinked folders are followed once (a folder reached twice is not re-entered)."""
+    out, seen = [], set()
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        st = os.stat(here)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out += [Path(here) / f for f in files if not f.startswith(".")]
+    return sorted(out)

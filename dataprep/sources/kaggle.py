@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import csv
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from .base import BadSample, Chunk, InputError
-from .files import FileSource, decode_image
+from .files import FileSource
+from .images import decode_image
 
 
 class KaggleSource(FileSource):
     kind = "image"
 
-    def __init__(self, root: Path, split: str = "train") -> None:
+    def __init__(self, root: Path, split: str = "train", size: int | None = None) -> None:
         self.root = Path(root)
         if split != "train":
             raise InputError(f"{root}: Kaggle's CIFAR-10 test images have no labels; use --split train")
@@ -32,7 +34,7 @@ class KaggleSource(FileSource):
         self.items = [(p, index.get(self.labels.get(p.stem), -1)) for p in files]
         if not self.items:
             raise InputError(f"{image_dir}: empty folder")
-        self.decode = decode_image
+        self.decode = partial(decode_image, size=size)
 
     @staticmethod
     def _read_labels(path: Path) -> dict[str, str]:
