@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def verify(data_dir: Path) -> None:
         raise click.ClickException("verification failed:\n  " + "\n  ".join(problems))
     click.echo(f"{data_dir}: every file and every sample of every format matches the manifest")
     manifest = load_manifest(data_dir)
-    if manifest.get("resize"):
+    if isinstance(manifest.get("resize"), dict):
         click.echo(f"images were resized {resize_line(manifest)}")
 
 
@@ -97,15 +98,29 @@ def _guard(fn, *args):
     from .convert import ConvertError
     from .manifest import ManifestError
     from .sources import BadSample, InputError
+    from .workdir import OutputError
 
     try:
         return fn(*args)
     except BadSample as e:
-        raise click.ClickException(f"bad input file {e}; fix or remove it, or pass --on-bad-file skip") from None
-    except (InputError, ConvertError, ManifestError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        message = f"bad input file {e}; fix or remove it, or pass --on-bad-file skip"
+        raise click.ClickException(_printable(message)) from None
+    except (InputError, ConvertError, ManifestError, OutputError, ValueError) as e:
+        raise click.ClickException(_printable(str(e))) from None
     except OSError as e:
-        raise click.ClickException(f"{e.filename or ''}: {e.strerror or e}") from None
+        hint = FULL.get(e.errno, "")
+        raise click.ClickException(_printable(f"{e.filename or ''}: {e.strerror or e}{hint}")) from None
+
+
+FULL = dict.fromkeys(
+    (errno.ENOSPC, errno.EFBIG, errno.EDQUOT),
+    "; the output's disk or file-size limit is full: free space or choose another --output (nothing was published)",
+)
+
+
+def _printable(message: str) -> str:
+    """File names that are not UTF-8 are shown with their bytes escaped (\\xff), not as an encoding crash."""
+    return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def main() -> None:

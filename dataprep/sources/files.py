@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from ..parallel import ordered_map
 from .base import BadSample, Chunk, Source
+
+DECODE_BLOCK = 64  # files per task: amortises the round trip to a worker, small enough to balance 16 workers
 
 
 def _safe(decode: Callable, path: Path):
@@ -21,11 +24,8 @@ def _safe(decode: Callable, path: Path):
         return False, f"{type(e).__name__}: {e}"
 
 
-def _ignore_sigint() -> None:
-    """In decoding workers: Ctrl-C is for the parent, which stops the pool (else every worker prints a traceback)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _safe_block(decode: Callable, paths: list[Path]) -> list[tuple[bool, object]]:
+    return [_safe(decode, p) for p in paths]
 
 
 class FileSource(Source):
@@ -40,32 +40,9 @@ class FileSource(Source):
 
     def _results(self, workers: int) -> Iterator[tuple[bool, object]]:
         paths = [p for p, _ in self.items]
-        if workers <= 1:
-            yield from (_safe(self.decode, p) for p in paths)
-            return
-        from functools import partial
-
-        fn, block = partial(_safe, self.decode), 4 * 64 * workers  # paths in flight at most
-        # forkserver, not fork: after FFCV or DALI started threads in this process, a forked child can deadlock
-        pool = mp.get_context("forkserver").Pool(workers, initializer=_ignore_sigint)
-        results = iter(())
-        try:
-            for start in range(0, len(paths), block):
-                results = pool.imap(fn, paths[start : start + block], chunksize=64)
-                yield from results
-            pool.close()
-        except GeneratorExit:
-            # the consumer has enough (--limit): finish the block in flight and close; terminating workers while they
-            # write results can deadlock the pool on its result lock (seen with 16 workers on 2 cores)
-            for _ in results:
-                pass
-            pool.close()
-            raise
-        except BaseException:  # Ctrl-C or an error: stop now
-            pool.terminate()
-            raise
-        finally:
-            pool.join()
+        blocks = (paths[i : i + DECODE_BLOCK] for i in range(0, len(paths), DECODE_BLOCK))
+        for _, results in ordered_map(partial(_safe_block, self.decode), blocks, workers):
+            yield from results
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped = [], [], [], []
