@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
@@ -108,14 +107,7 @@ def _guard(fn, *args):
     except (InputError, ConvertError, ManifestError, OutputError, ValueError) as e:
         raise click.ClickException(_printable(str(e))) from None
     except OSError as e:
-        hint = FULL.get(e.errno, "")
-        raise click.ClickException(_printable(f"{e.filename or ''}: {e.strerror or e}{hint}")) from None
-
-
-FULL = dict.fromkeys(
-    (errno.ENOSPC, errno.EFBIG, errno.EDQUOT),
-    "; the output's disk or file-size limit is full: free space or choose another --output (nothing was published)",
-)
+        raise click.ClickException(_printable(f"{e.filename or ''}: {e.strerror or e}")) from None
 
 
 def _printable(message: str) -> str:

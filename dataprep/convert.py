@@ -5,6 +5,8 @@ interrupted or failed conversion never leaves a directory that looks complete, a
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -25,6 +27,9 @@ from .workdir import Workdir
 
 ENCODE_BYTES = 1 << 20  # samples per encoding task: ~1 MiB, so 4 tasks per worker in flight stay small
 CHUNK = 1024  # samples per chunk: bounded memory (3 MiB of CIFAR, 64 MiB of 1 s audio) and cheap per-chunk overhead
+
+
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the disk, a file-size limit (ulimit -f) or a quota is full
 
 
 class ConvertError(Exception):
@@ -90,10 +95,19 @@ def convert(cfg: ConvertConfig) -> dict:
         write_json_atomic(tmp / NAME, manifest)
         work.publish()
         return manifest
-    except BaseException:
+    except BaseException as e:
+        work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
         for w in writers.values():
-            w.abort()
+            try:
+                w.abort()
+            except Exception:  # the first error is the one to report; nothing written here is kept anyway
+                pass
         work.discard()
+        if isinstance(e, OSError) and e.errno in FULL:
+            raise ConvertError(
+                f"{work.out}: {os.strerror(e.errno)} while writing the output; free space or choose another --output "
+                "(nothing was published, the temporary output is removed)"
+            ) from None
         raise
 
 

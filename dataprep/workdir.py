@@ -55,7 +55,7 @@ def remove_stale(out: Path) -> list[str]:
             continue
         if not _owner_alive(leftover, int(pid)):
             shutil.rmtree(leftover, ignore_errors=True)
-            said.append(f"removed {leftover}: left by conversion process {pid}, which is no longer running")
+            said.append(f"removed {leftover}: left by a conversion (process {pid}) that has ended")
     return said
 
 
@@ -91,6 +91,15 @@ class Workdir:
         os.replace(self.tmp, self.out)
         shutil.rmtree(old, ignore_errors=True)
         self._unlock()
+
+    def empty(self) -> None:
+        """Truncate every file written so far, freeing its space while the writers still hold it open."""
+        for here, _, files in os.walk(self.tmp):
+            for name in files:
+                try:
+                    os.truncate(os.path.join(here, name), 0)
+                except OSError:
+                    pass
 
     def discard(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)

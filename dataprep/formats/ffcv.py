@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..parallel import die_with_parent, exit_when_gone
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -95,7 +96,7 @@ def write_beton(path: Path, records: StagedRecords, workers: int, progress: bool
 
     writer = DatasetWriter(str(path), _fields(records.meta), num_workers=max(1, workers))
     errors = mp.get_context("fork").SimpleQueue()  # FFCV forks its writer processes; they inherit the queue
-    with _ffcv_progress(progress), _watch(errors):
+    with _ffcv_progress(progress), _watch(errors, writer):
         if hasattr(writer, "_write_common"):  # ffcv 1.0.x: feed work as spans, see _Span
             spans = [_Span(i, min(i + WRITE_CHUNK, len(records))) for i in range(0, len(records), WRITE_CHUNK)]
             writer._write_common(len(records), spans, partial(_guarded, errors), (records,))
@@ -108,16 +109,17 @@ def _guarded(errors, *args) -> None:
     full disk hangs it forever), so a failure is sent to the watcher in `_watch`, which ends the write."""
     from ffcv.writer import worker_job_indexed_dataset
 
+    die_with_parent()
     try:
         worker_job_indexed_dataset(*args)
-    except BaseException as e:
+    except BaseException as e:  # reported once, by the converting process; a traceback per process helps nobody
         errors.put(e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}"))
-        raise
 
 
 @contextmanager
-def _watch(errors):
-    """Runs in the process that calls FFCV's writer: on a writer process's failure, report it and end everything."""
+def _watch(errors, writer):
+    """Runs in the process that calls FFCV's writer: on a writer process's failure, report it and end everything
+    (FFCV's shared memory too, which its writer would have released at the end)."""
     import multiprocessing as mp
     import threading
 
@@ -129,6 +131,9 @@ def _watch(errors):
                 failure = errors.get()
                 for child in mp.active_children():
                     child.kill()
+                shared = getattr(writer, "metadata_sm", None)
+                if hasattr(shared, "unlink"):
+                    shared.unlink()
                 _report(failure)
                 os._exit(1)
 
@@ -149,7 +154,7 @@ def _report(failure: BaseException) -> None:
         _REPORT.send(failure)
 
 
-def _serve(conn) -> None:
+def _serve(conn, parent: int) -> None:
     """The helper process: import FFCV now (seconds: numba compiles at import) while the samples are decoded, then
     write the .beton when asked. It ends when the converting process does (its pipe closes)."""
     import signal
@@ -158,6 +163,7 @@ def _serve(conn) -> None:
     import multiprocessing as mp
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the converting process, which stops this one
+    exit_when_gone(parent)
     # a forkserver child inherits forkserver as its start method; FFCV's writer processes must be forked (a fresh
     # process would import FFCV again, seconds each), from this process that runs nothing else
     mp.set_start_method("fork", force=True)
@@ -186,7 +192,7 @@ class FfcvWriter(FormatWriter):
         self.lengths: list[np.ndarray] = []
         ctx = mp.get_context("forkserver")  # not fork: see dataprep.parallel
         self._conn, child = ctx.Pipe()
-        self._helper = ctx.Process(target=_serve, args=(child,), name="gpufeed-ffcv-writer")
+        self._helper = ctx.Process(target=_serve, args=(child, os.getpid()), name="gpufeed-ffcv-writer")
         self._helper.start()
         child.close()
 
