@@ -31,15 +31,27 @@ def cli() -> None:
 @click.option("--source", type=click.Choice(SOURCE_NAMES), default="auto", show_default=True)
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Convert the first N usable samples (synthetic: N samples).")
-@click.option("--workers", type=click.IntRange(min=1), default=os.cpu_count() or 1, show_default=True)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=len(os.sched_getaffinity(0)),
+    show_default="the cores this process may use",
+    help="Decoding, encoding and FFCV writer processes.",
+)
 @click.option("--on-bad-file", type=click.Choice(["error", "skip"]), default="error", show_default=True)
 @click.option("--sample-rate", type=click.IntRange(min=1000), default=16000, show_default=True)
 @click.option("--clip-seconds", type=click.FloatRange(min=0.01), default=1.024, show_default=True)
 @click.option("--channels", type=click.IntRange(1, 8), default=1, show_default=True, help="1 downmixes.")
+@click.option(
+    "--size",
+    type=click.IntRange(min=1),
+    help="Images: resize the shorter side to N and centre-crop N x N "
+    "(as torchvision's Resize(N) + CenterCrop(N)); needed when the images differ in size.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
-            channels, overwrite, quiet) -> None:  # fmt: skip
+            channels, size, overwrite, quiet) -> None:  # fmt: skip
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
     from .convert import ConvertConfig
     from .convert import convert as run
@@ -47,7 +59,7 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
     cfg = ConvertConfig(
         output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,
         on_bad_file=on_bad_file, sample_rate=sample_rate, clip_seconds=clip_seconds, channels=channels,
-        progress=not quiet, overwrite=overwrite,
+        size=size, progress=not quiet, overwrite=overwrite,
     )  # fmt: skip
     manifest = _guard(run, cfg)
     click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")
@@ -59,12 +71,16 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
 @click.argument("data_dir", type=click.Path(path_type=Path))
 def verify(data_dir: Path) -> None:
     """Re-hash every file and re-read every sample of every format against the manifest."""
+    from .manifest import load_manifest, resize_line
     from .verify import verify as run
 
     problems = _guard(run, data_dir)
     if problems:
         raise click.ClickException("verification failed:\n  " + "\n  ".join(problems))
     click.echo(f"{data_dir}: every file and every sample of every format matches the manifest")
+    manifest = load_manifest(data_dir)
+    if isinstance(manifest.get("resize"), dict):
+        click.echo(f"images were resized {resize_line(manifest)}")
 
 
 @cli.command()
@@ -81,15 +97,22 @@ def _guard(fn, *args):
     from .convert import ConvertError
     from .manifest import ManifestError
     from .sources import BadSample, InputError
+    from .workdir import OutputError
 
     try:
         return fn(*args)
     except BadSample as e:
-        raise click.ClickException(f"bad input file {e}; fix or remove it, or pass --on-bad-file skip") from None
-    except (InputError, ConvertError, ManifestError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        message = f"bad input file {e}; fix or remove it, or pass --on-bad-file skip"
+        raise click.ClickException(_printable(message)) from None
+    except (InputError, ConvertError, ManifestError, OutputError, ValueError) as e:
+        raise click.ClickException(_printable(str(e))) from None
     except OSError as e:
-        raise click.ClickException(f"{e.filename or ''}: {e.strerror or e}") from None
+        raise click.ClickException(_printable(f"{e.filename or ''}: {e.strerror or e}")) from None
+
+
+def _printable(message: str) -> str:
+    """File names that are not UTF-8 are shown with their bytes escaped (\\xff), not as an encoding crash."""
+    return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 def main() -> None:

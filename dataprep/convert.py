@@ -1,15 +1,18 @@
 """`dataprep convert`: one pass over a source feeding every requested format writer, then a manifest.
 
-Everything is written under `.<name>.tmp-<pid>` beside the output and renamed at the end, so an interrupted or
-failed conversion never leaves a directory that looks complete, and a rerun starts clean."""
+Everything is written under `.<name>.tmp-<pid>` beside the output and renamed at the end (dataprep.workdir), so an
+interrupted or failed conversion never leaves a directory that looks complete, and a rerun starts clean."""
 
 from __future__ import annotations
 
+import errno
 import os
-import shutil
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
+from itertools import chain
 from pathlib import Path
 
 from . import __version__
@@ -17,9 +20,16 @@ from .digest import SampleDigest, file_sha256
 from .formats import expand, writer_class
 from .formats.base import DatasetMeta
 from .manifest import NAME, write_json_atomic
-from .sources import AudioSpec, build_source
+from .parallel import available_cores, ordered_map
+from .sources import AudioSpec, Chunk, build_source
+from .sources.images import RESIZE_METHOD
+from .workdir import Workdir
 
+ENCODE_BYTES = 1 << 20  # samples per encoding task: ~1 MiB, so 4 tasks per worker in flight stay small
 CHUNK = 1024  # samples per chunk: bounded memory (3 MiB of CIFAR, 64 MiB of 1 s audio) and cheap per-chunk overhead
+
+
+FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the disk, a file-size limit (ulimit -f) or a quota is full
 
 
 class ConvertError(Exception):
@@ -34,54 +44,15 @@ class ConvertConfig:
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
     split: str = "train"
     limit: int | None = None  # first N usable samples; the size of the synthetic sets
-    workers: int = os.cpu_count() or 1  # decoding processes (file sources) and FFCV writer processes
+    workers: int = field(default_factory=available_cores)  # decoding, encoding, FFCV writer processes: our cores
     on_bad_file: str = "error"  # or "skip": leave bad samples out and list them in the manifest
     sample_rate: int = 16000
     clip_seconds: float = 1.024  # 16384 samples at 16 kHz: 64 STFT hops of 256
     channels: int = 1
+    size: int | None = None  # images: shorter side to size, centre crop size x size (see dataprep.sources.images)
     progress: bool = True
     overwrite: bool = False
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def _remove_stale(out: Path) -> None:
-    """Delete what a killed conversion into `out` left behind (SIGKILL skips our cleanup); live ones are kept."""
-    for leftover in out.parent.glob(f".{out.name}.*-*"):
-        kind, _, pid = leftover.name.rpartition("-")
-        if kind in (f".{out.name}.tmp", f".{out.name}.old") and pid.isdigit() and not _pid_alive(int(pid)):
-            shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _prepare_output(out: Path, overwrite: bool) -> Path:
-    if out.exists() and not overwrite and (out.is_file() or any(out.iterdir())):
-        raise ConvertError(f"{out}: already exists and is not empty; pass --overwrite to replace it")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale(out)
-        tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-    except OSError as e:
-        raise ConvertError(f"{out}: cannot write the output ({e.strerror or e})") from None
-    return tmp
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def convert(cfg: ConvertConfig) -> dict:
@@ -90,47 +61,91 @@ def convert(cfg: ConvertConfig) -> dict:
 
     if cfg.on_bad_file not in ("error", "skip"):
         raise ConvertError(f"on_bad_file must be 'error' or 'skip', not {cfg.on_bad_file!r}")
+    if cfg.size is not None and cfg.size < 1:
+        raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
-    source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec)
-    out = Path(cfg.output)
-    tmp = _prepare_output(out, cfg.overwrite)
-    writers, digest, skipped, meta = {}, SampleDigest(), [], None
+    source = build_source(
+        cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
+    )
+    work = Workdir(Path(cfg.output), cfg.overwrite)
+    for line in work.removed:
+        print(line, file=sys.stderr)
+    tmp = work.tmp
+    writers, digest, skipped = {}, SampleDigest(), []
     total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
     try:
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
-            for chunk in source.chunks(CHUNK, cfg.on_bad_file, cfg.workers):
-                skipped += chunk.skipped
-                if cfg.limit is not None and digest.count + len(chunk) > cfg.limit:
-                    chunk = _head(chunk, cfg.limit - digest.count)
-                if len(chunk) == 0:
-                    continue
-                if meta is None:
-                    meta = _meta(source, chunk, spec)
-                    writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress) for n in names}
-                for w in writers.values():
-                    w.write(chunk)
+            stream = _usable(source.chunks(CHUNK, cfg.on_bad_file, cfg.workers), cfg.limit, skipped)
+            first = next(stream, None)
+            if first is None:
+                raise ConvertError(f"{cfg.input or cfg.source}: no usable samples ({len(skipped)} skipped)")
+            meta = _meta(source, first, spec)
+            writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress) for n in names}
+            encoders = {n: w.encoder() for n, w in writers.items() if w.encoder() is not None}
+            blocks = _blocks(chain([first], stream), meta)
+            workers = cfg.workers if encoders else 1
+            for (chunk, _), encoded in ordered_map(partial(_encode, encoders), blocks, workers):
+                for n, w in writers.items():
+                    w.write(chunk, encoded.get(n))
                 digest.update(chunk)
                 bar.update(len(chunk))
-                if digest.count == cfg.limit:
-                    break
-        if meta is None:
-            raise ConvertError(f"{cfg.input or cfg.source}: no usable samples ({len(skipped)} skipped)")
-        formats = {n: {"files": _describe_files(tmp, w.finish())} for n, w in writers.items()}
+        formats = {n: {"files": _describe_files(tmp, w.finish(), cfg.workers)} for n, w in writers.items()}
         manifest = _manifest(cfg, source, meta, spec, digest, formats, skipped)
         write_json_atomic(tmp / NAME, manifest)
-        _publish(tmp, out)
+        work.publish()
         return manifest
-    except BaseException:
+    except BaseException as e:
+        work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
         for w in writers.values():
-            w.abort()
-        shutil.rmtree(tmp, ignore_errors=True)
+            try:
+                w.abort()
+            except Exception:  # the first error is the one to report; nothing written here is kept anyway
+                pass
+        work.discard()
+        if isinstance(e, OSError) and e.errno in FULL:
+            raise ConvertError(
+                f"{work.out}: {os.strerror(e.errno)} while writing the output; free space or choose another --output "
+                "(nothing was published, the temporary output is removed)"
+            ) from None
         raise
 
 
-def _head(chunk, n: int):
-    from .sources.base import Chunk
+def _usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
+    """The non-empty chunks, cut at `limit` samples; the skipped files of every chunk read go to `skipped`."""
+    count = 0
+    for chunk in chunks:
+        skipped += chunk.skipped
+        if limit is not None and count + len(chunk) > limit:
+            chunk = _head(chunk, limit - count)
+        if len(chunk):
+            count += len(chunk)
+            yield chunk
+        if count == limit:
+            return
 
+
+def _blocks(chunks: Iterator[Chunk], meta: DatasetMeta) -> Iterator[tuple[Chunk, int]]:
+    """(samples, index of the first) in pieces of about ENCODE_BYTES, the unit of work of the encoding processes."""
+    per_block = max(1, min(256, ENCODE_BYTES // meta.record_bytes))
+    start = 0
+    for chunk in chunks:
+        for i in range(0, len(chunk), per_block):
+            part = _slice(chunk, i, i + per_block)
+            yield part, start
+            start += len(part)
+
+
+def _encode(encoders: dict, block: tuple[Chunk, int]) -> dict:
+    chunk, start = block
+    return {name: fn(chunk, start) for name, fn in encoders.items()}
+
+
+def _slice(chunk: Chunk, a: int, b: int) -> Chunk:
+    return Chunk(chunk.x[a:b], chunk.y[a:b], None if chunk.length is None else chunk.length[a:b])
+
+
+def _head(chunk: Chunk, n: int) -> Chunk:
     return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped)
 
 
@@ -139,8 +154,17 @@ def _meta(source, chunk, spec: AudioSpec) -> DatasetMeta:
     return DatasetMeta(source.kind, tuple(chunk.x.shape[1:]), str(chunk.x.dtype), list(source.classes), rate)
 
 
-def _describe_files(root: Path, rel_paths: list[Path]) -> list[dict]:
-    return [{"path": str(p), "bytes": (root / p).stat().st_size, "sha256": file_sha256(root / p)} for p in rel_paths]
+def _describe_files(root: Path, entries: list[Path | dict], workers: int) -> list[dict]:
+    """{"path", "bytes", "sha256"} per file; hashed in threads (hashlib releases the GIL on large buffers)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def describe(entry: Path | dict) -> dict:
+        if isinstance(entry, dict):
+            return entry
+        return {"path": str(entry), "bytes": (root / entry).stat().st_size, "sha256": file_sha256(root / entry)}
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        return list(pool.map(describe, entries))
 
 
 def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
@@ -155,6 +179,7 @@ def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
         "count": digest.count,
         "classes": meta.classes,
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
+        "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),
         "formats": formats,
         "skipped": skipped,

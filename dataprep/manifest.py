@@ -26,17 +26,59 @@ def load_manifest(data_dir: Path | str) -> dict:
         raise ManifestError(f"{path}: missing; is {data_dir} a directory made by `dataprep convert`?")
     try:
         manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ManifestError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{path}: not a manifest (a JSON {type(manifest).__name__}, not an object)")
     missing = [k for k in REQUIRED if k not in manifest]
     if missing:
         raise ManifestError(f"{path}: missing keys {missing}")
+    problem = _problem(manifest)
+    if problem:
+        raise ManifestError(f"{path}: {problem}; convert the data again")
     return manifest
+
+
+def _is_int(v, low: int = 0) -> bool:
+    return type(v) is int and v >= low
+
+
+def _problem(m: dict) -> str | None:
+    """What is wrong with the manifest's structure, if anything (the readers trust it afterwards)."""
+    checks = [
+        (m["kind"] in ("image", "audio"), "kind must be 'image' or 'audio'"),
+        (m["dtype"] in ("uint8", "float32"), "dtype must be 'uint8' or 'float32'"),
+        (isinstance(m["sample_shape"], list) and m["sample_shape"] and all(_is_int(d, 1) for d in m["sample_shape"]),
+         "sample_shape must be a list of positive ints"),
+        (_is_int(m["count"]), "count must be an int >= 0"),
+        (isinstance(m["classes"], list) and all(isinstance(c, str) for c in m["classes"]), "classes must be strings"),
+        (isinstance(m["digest"], dict) and isinstance(m["digest"].get("total"), str) and _is_int(
+            m["digest"].get("chunk_size"), 1) and isinstance(m["digest"].get("chunks"), list),
+         "digest must hold total, chunk_size and chunks"),
+        (isinstance(m["formats"], dict) and all(_format_ok(f) for f in m["formats"].values()),
+         "each format must list its files as {path, bytes, sha256}"),
+        (m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
+         "audio must hold a sample_rate"),
+    ]  # fmt: skip
+    return next((message for ok, message in checks if not ok), None)
+
+
+def _format_ok(fmt) -> bool:
+    files = fmt.get("files") if isinstance(fmt, dict) else None
+    return isinstance(files, list) and all(
+        isinstance(f, dict) and isinstance(f.get("path"), str) and _is_int(f.get("bytes")) and
+        isinstance(f.get("sha256"), str) for f in files
+    )  # fmt: skip
+
+
+def resize_line(manifest: dict) -> str:
+    r = manifest["resize"]
+    return f"to {r.get('size')} x {r.get('size')} at conversion ({r.get('method')})"
 
 
 def describe(manifest: dict) -> str:
     """A readable summary for `dataprep info`."""
-    src = manifest.get("source", {})
+    src = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
     lines = [
         f"{manifest['count']:,} {manifest['kind']} samples, shape {tuple(manifest['sample_shape'])} "
         f"{manifest['dtype']}, {len(manifest['classes'])} classes",
@@ -45,13 +87,15 @@ def describe(manifest: dict) -> str:
     ]
     if manifest.get("audio"):
         a = manifest["audio"]
-        lines.append(f"audio:   {a['sample_rate']} Hz, {a['clip_seconds']} s clips, {a['channels']} channel(s)")
+        lines.append(f"audio:   {a['sample_rate']} Hz, {a.get('clip_seconds')} s clips, {a.get('channels')} channel(s)")
+    if isinstance(manifest.get("resize"), dict):
+        lines.append(f"resized: {resize_line(manifest)}")
     for name, fmt in manifest["formats"].items():
         size = sum(f["bytes"] for f in fmt["files"])
         lines.append(f"format:  {name:6s} {len(fmt['files']):6,} file(s) {size / 2**20:9.1f} MiB")
     lines.append(f"digest:  {manifest['digest']['total']}")
-    if manifest.get("skipped"):
-        lines.append(f"skipped: {len(manifest['skipped'])} bad file(s), e.g. {manifest['skipped'][0]['path']}")
+    if isinstance(manifest.get("skipped"), list) and manifest["skipped"] and isinstance(manifest["skipped"][0], dict):
+        lines.append(f"skipped: {len(manifest['skipped'])} bad file(s), e.g. {manifest['skipped'][0].get('path')}")
     lines.append(f"made by: gpufeed {manifest.get('gpufeed_version')} at {manifest.get('created')}")
     lines.append(f"command: {manifest.get('command')}")
     return "\n".join(lines)

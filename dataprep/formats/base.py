@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,13 +40,20 @@ class FormatWriter(ABC):
     def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
         self.out_dir, self.meta, self.workers, self.progress = Path(out_dir), meta, workers, progress
 
-    @abstractmethod
-    def write(self, chunk: Chunk) -> None:
-        """Append the chunk's samples, in order."""
+    def encoder(self) -> Callable[[Chunk, int], Any] | None:
+        """The per-sample work that can run in worker processes, or None: a picklable `fn(chunk, first_index)` whose
+        result is handed to `write` with the same chunk, in order. It must not depend on what was written before,
+        so that the output is the same whatever the number of workers."""
+        return None
 
     @abstractmethod
-    def finish(self) -> list[Path]:
-        """Flush and close; return the files written, relative to `out_dir`."""
+    def write(self, chunk: Chunk, encoded: Any = None) -> None:
+        """Append the chunk's samples, in order; `encoded` is `encoder()(chunk, first_index)` if there is one."""
+
+    @abstractmethod
+    def finish(self) -> list[Path | dict]:
+        """Flush and close; return the files written, relative to `out_dir` (or already described, as
+        {"path", "bytes", "sha256"}, when the encoder hashed them)."""
 
     def abort(self) -> None:
         """Release open handles after a failure (the temporary directory is removed by the caller)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..parallel import die_with_parent, exit_when_gone
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -78,47 +79,150 @@ def _ffcv_progress(show: bool):
         ffcv.writer.tqdm = saved
 
 
+def _fields(meta: DatasetMeta) -> dict:
+    from ffcv.fields import IntField, NDArrayField, RGBImageField
+
+    if meta.kind == "image":
+        return {"image": RGBImageField(write_mode="raw"), "label": IntField()}
+    data = NDArrayField(dtype=np.dtype(meta.dtype), shape=tuple(meta.sample_shape))
+    return {"audio": data, "label": IntField(), "length": IntField()}
+
+
+def write_beton(path: Path, records: StagedRecords, workers: int, progress: bool) -> None:
+    """FFCV's own writer over the staged records; a failing writer process is an error, not a hang (see _guarded)."""
+    import multiprocessing as mp
+
+    from ffcv.writer import DatasetWriter
+
+    writer = DatasetWriter(str(path), _fields(records.meta), num_workers=max(1, workers))
+    errors = mp.get_context("fork").SimpleQueue()  # FFCV forks its writer processes; they inherit the queue
+    with _ffcv_progress(progress), _watch(errors, writer):
+        if hasattr(writer, "_write_common"):  # ffcv 1.0.x: feed work as spans, see _Span
+            spans = [_Span(i, min(i + WRITE_CHUNK, len(records))) for i in range(0, len(records), WRITE_CHUNK)]
+            writer._write_common(len(records), spans, partial(_guarded, errors), (records,))
+        else:
+            writer.from_indexed_dataset(records, chunksize=WRITE_CHUNK)
+
+
+def _guarded(errors, *args) -> None:
+    """FFCV's writer process body. FFCV's parent waits for a sample count that a failed process never reports (a
+    full disk hangs it forever), so a failure is sent to the watcher in `_watch`, which ends the write."""
+    from ffcv.writer import worker_job_indexed_dataset
+
+    die_with_parent()
+    try:
+        worker_job_indexed_dataset(*args)
+    except BaseException as e:  # reported once, by the converting process; a traceback per process helps nobody
+        errors.put(e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}"))
+
+
+@contextmanager
+def _watch(errors, writer):
+    """Runs in the process that calls FFCV's writer: on a writer process's failure, report it and end everything
+    (FFCV's shared memory too, which its writer would have released at the end)."""
+    import multiprocessing as mp
+    import threading
+
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2):
+            if not errors.empty():
+                failure = errors.get()
+                for child in mp.active_children():
+                    child.kill()
+                shared = getattr(writer, "metadata_sm", None)
+                if hasattr(shared, "unlink"):
+                    shared.unlink()
+                _report(failure)
+                os._exit(1)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+_REPORT = None  # the helper's pipe to the converting process, set in _serve
+
+
+def _report(failure: BaseException) -> None:
+    if _REPORT is not None:
+        _REPORT.send(failure)
+
+
+def _serve(conn, parent: int) -> None:
+    """The helper process: import FFCV now (seconds: numba compiles at import) while the samples are decoded, then
+    write the .beton when asked. It ends when the converting process does (its pipe closes)."""
+    import signal
+
+    global _REPORT
+    import multiprocessing as mp
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the converting process, which stops this one
+    exit_when_gone(parent)
+    # a forkserver child inherits forkserver as its start method; FFCV's writer processes must be forked (a fresh
+    # process would import FFCV again, seconds each), from this process that runs nothing else
+    mp.set_start_method("fork", force=True)
+    import ffcv.writer  # noqa: F401
+
+    _REPORT = conn
+    try:
+        job = conn.recv()
+    except EOFError:
+        return
+    try:
+        write_beton(*job)
+        conn.send(None)
+    except BaseException as e:
+        conn.send(e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}"))
+
+
 class FfcvWriter(FormatWriter):
     def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+        import multiprocessing as mp
+
         super().__init__(out_dir, meta, workers, progress)
         self.staging = self.out_dir / STAGING
         self._f = open(self.staging, "wb")
         self.labels: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
+        ctx = mp.get_context("forkserver")  # not fork: see dataprep.parallel
+        self._conn, child = ctx.Pipe()
+        self._helper = ctx.Process(target=_serve, args=(child, os.getpid()), name="gpufeed-ffcv-writer")
+        self._helper.start()
+        child.close()
 
-    def write(self, chunk: Chunk) -> None:
+    def write(self, chunk: Chunk, encoded: None = None) -> None:
         self._f.write(np.ascontiguousarray(chunk.x, dtype=self.meta.dtype).tobytes())
         self.labels.append(chunk.y)
         if chunk.length is not None:
             self.lengths.append(chunk.length)
 
-    def _fields(self) -> dict:
-        from ffcv.fields import IntField, NDArrayField, RGBImageField
-
-        if self.meta.kind == "image":
-            return {"image": RGBImageField(write_mode="raw"), "label": IntField()}
-        data = NDArrayField(dtype=np.dtype(self.meta.dtype), shape=tuple(self.meta.sample_shape))
-        return {"audio": data, "label": IntField(), "length": IntField()}
-
     def finish(self) -> list[Path]:
-        from ffcv.writer import DatasetWriter, worker_job_indexed_dataset
-
         self._f.close()
         labels = np.concatenate(self.labels) if self.labels else np.zeros(0, np.int64)
         lengths = np.concatenate(self.lengths) if self.lengths else None
         records = StagedRecords(self.staging, self.meta, labels, lengths)
-        writer = DatasetWriter(str(self.out_dir / FILENAME), self._fields(), num_workers=max(1, self.workers))
-        with _ffcv_progress(self.progress):
-            if hasattr(writer, "_write_common"):  # ffcv 1.0.x: feed work as spans, see _Span
-                spans = [_Span(i, min(i + WRITE_CHUNK, len(records))) for i in range(0, len(records), WRITE_CHUNK)]
-                writer._write_common(len(records), spans, worker_job_indexed_dataset, (records,))
-            else:
-                writer.from_indexed_dataset(records, chunksize=WRITE_CHUNK)
+        self._conn.send((self.out_dir / FILENAME, records, self.workers, self.progress))
+        try:
+            failure = self._conn.recv()
+        except EOFError:
+            failure = RuntimeError(f"FFCV's writer process ended without a word (exit code {self._helper.exitcode})")
+        self._helper.join()
+        if failure is not None:
+            raise failure
         self.staging.unlink()
         return [Path(FILENAME)]
 
     def abort(self) -> None:
         self._f.close()
+        if self._helper.is_alive():
+            self._helper.kill()
+        self._helper.join()
 
 
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,34 @@ def sample_path(index: int, kind: str) -> str:
     return f"{index // PER_FOLDER:03d}/{index:08d}.{'png' if kind == 'image' else 'wav'}"
 
 
+def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, start: int) -> list[dict]:
+    """Write samples start.. of `chunk` as files under `root` (in a worker process); describe each for the manifest.
+
+    compress_level 1: PNG stays lossless; higher levels cost 5x the time for ~10% smaller files."""
+    import hashlib
+    import io
+
+    described = []
+    for k in range(len(chunk)):
+        rel = sample_path(start + k, kind)
+        buf = io.BytesIO()
+        if kind == "image":
+            from PIL import Image
+
+            Image.fromarray(chunk.x[k]).save(buf, format="PNG", compress_level=1)
+        else:
+            import soundfile as sf
+
+            x = chunk.x[k]
+            sf.write(buf, x.T if x.ndim == 2 else x, sample_rate, subtype="FLOAT", format="WAV")
+        data = buf.getvalue()
+        path = Path(root) / rel
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        described.append({"path": f"{DIRNAME}/{rel}", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    return described
+
+
 class FilesWriter(FormatWriter):
     def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
         super().__init__(out_dir, meta, workers, progress)
@@ -29,29 +58,24 @@ class FilesWriter(FormatWriter):
         self._csv = csv.writer(self._index)
         self._csv.writerow(["path", "label"] + (["length"] if meta.kind == "audio" else []))
         self.count = 0
+        self.described: list[dict] = []
 
-    def write(self, chunk: Chunk) -> None:
-        from PIL import Image
+    def encoder(self):
+        return partial(encode_files, str(self.root), self.meta.kind, self.meta.sample_rate)
 
-        for k in range(len(chunk)):
-            rel = sample_path(self.count, self.meta.kind)
-            path = self.root / rel
-            path.parent.mkdir(exist_ok=True)
-            if self.meta.kind == "image":
-                # compress_level 1: PNG stays lossless; higher levels cost 5x the time for ~10% smaller files
-                Image.fromarray(chunk.x[k]).save(path, compress_level=1)
-                self._csv.writerow([rel, int(chunk.y[k])])
-            else:
-                import soundfile as sf
+    def write(self, chunk: Chunk, encoded: list[dict] | None = None) -> None:
+        if encoded is None:
+            encoded = self.encoder()(chunk, self.count)
+        for k, entry in enumerate(encoded):
+            rel = entry["path"][len(DIRNAME) + 1 :]
+            extra = [int(chunk.length[k])] if self.meta.kind == "audio" else []
+            self._csv.writerow([rel, int(chunk.y[k]), *extra])
+        self.described += encoded
+        self.count += len(chunk)
 
-                x = chunk.x[k]
-                sf.write(path, x.T if x.ndim == 2 else x, self.meta.sample_rate, subtype="FLOAT")
-                self._csv.writerow([rel, int(chunk.y[k]), int(chunk.length[k])])
-            self.count += 1
-
-    def finish(self) -> list[Path]:
+    def finish(self) -> list[Path | dict]:
         self._index.close()
-        return sorted(p.relative_to(self.out_dir) for p in self.root.rglob("*") if p.is_file())
+        return [*self.described, Path(DIRNAME) / "index.csv"]  # sorted by path, as before
 
     def abort(self) -> None:
         self._index.close()

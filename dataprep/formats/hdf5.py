@@ -44,7 +44,7 @@ class Hdf5Writer(FormatWriter):
         self.f.attrs["classes"] = meta.classes
         self.count = 0
 
-    def write(self, chunk: Chunk) -> None:
+    def write(self, chunk: Chunk, encoded: None = None) -> None:
         n, end = len(chunk), self.count + len(chunk)
         if n == 0:
             return

@@ -16,10 +16,11 @@ SOURCES = {
     "synthetic-images": "dataprep.sources.synthetic:SyntheticImages",
     "synthetic-audio": "dataprep.sources.synthetic:SyntheticAudio",
 }
+RESIZABLE = ("cifar10", "imagefolder", "kaggle")  # the image sources read from files
 LAYOUTS = (
     "cifar10: cifar-10-batches-py/ (data_batch_1..5, test_batch, batches.meta) or its .tar.gz; "
-    "imagefolder: ROOT/[train|test/]<class>/*.png|jpg; kaggle: ROOT/train/<id>.png + ROOT/trainLabels.csv; "
-    "audio: a folder of .wav/.flac/.ogg clips"
+    "imagefolder: a folder of .png/.jpg images, flat or in ROOT/[train|test/]<class>/...; "
+    "kaggle: ROOT/train/<id>.png + ROOT/trainLabels.csv; audio: a folder of .wav/.flac/.ogg clips"
 )
 
 
@@ -27,7 +28,8 @@ def detect(path: Path) -> str:
     """Name the source kind of `path` from its layout, or raise InputError listing the known layouts."""
     from .audio import AUDIO_EXTS
     from .cifar10 import find_batches_dir
-    from .files import IMAGE_EXTS, list_files
+    from .files import list_files
+    from .images import IMAGE_EXTS
 
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
@@ -45,12 +47,14 @@ def detect(path: Path) -> str:
     suffixes = {p.suffix.lower() for p in files}
     if suffixes & set(AUDIO_EXTS):
         return "audio"
-    if suffixes & set(IMAGE_EXTS) and any(p.parent != path for p in files):
+    if suffixes & set(IMAGE_EXTS):
         return "imagefolder"
     raise InputError(f"{path}: unknown layout; known layouts: {LAYOUTS}")
 
 
-def build_source(name: str, path: Path | None, *, split: str, limit: int | None, audio: AudioSpec) -> Source:
+def build_source(
+    name: str, path: Path | None, *, split: str, limit: int | None, audio: AudioSpec, size: int | None = None
+) -> Source:
     if name == "auto":
         if path is None:
             raise InputError("--input is required unless --source is synthetic-images or synthetic-audio")
@@ -59,12 +63,14 @@ def build_source(name: str, path: Path | None, *, split: str, limit: int | None,
         raise InputError(f"unknown source {name!r}; valid: auto, {', '.join(SOURCES)}")
     module, cls = SOURCES[name].split(":")
     source_cls = getattr(importlib.import_module(module), cls)
+    if size is not None and name not in RESIZABLE:
+        raise InputError(f"--size resizes images read from files ({', '.join(RESIZABLE)}); {name} is not one")
     if name.startswith("synthetic"):
         source = source_cls(limit) if name == "synthetic-images" else source_cls(limit, audio)
     elif path is None:
         raise InputError(f"--input is required for --source {name}")
     else:
-        source = source_cls(path, split, audio) if name == "audio" else source_cls(path, split)
+        source = source_cls(path, split, audio) if name == "audio" else source_cls(path, split, size)
     source.name = name
     return source
 

@@ -1,9 +1,12 @@
 """A folder of WAV/FLAC/OGG clips at any rate and channel count, made uniform: resampled (soxr), downmixed,
 cropped or zero-padded to a fixed length, keeping the true length.
 
-Labels come from the parent folder name when the clips sit in two or more folders (ROOT/<label>/*.wav), else
-from the file-name prefix before the first underscore (`7_jackson_12.wav` -> "7", as in the spoken-digit set).
-If ROOT has a `train` or `test` folder, `--split` picks it; otherwise every clip is used.
+Labels, with BASE = ROOT/<split> if that folder exists, else ROOT:
+- clips spread over two or more folders directly in BASE: each such folder is a class, holding every clip below it
+  at any depth (BASE/yes/a/1.wav is a "yes");
+- otherwise (a flat folder, or one folder): the file-name prefix before the first underscore when the clips have
+  one (`7_jackson_12.wav` -> "7", as in the spoken-digit set; a clip without one beside them is a bad sample, named),
+  else one class named after the folder, for unconditional training.
 """
 
 from __future__ import annotations
@@ -43,18 +46,30 @@ def decode_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
     return (out[:, 0] if spec.channels == 1 else np.ascontiguousarray(out.T)), n
 
 
-NO_LABEL = "no label: put clips in <label>/ folders or name them <label>_<anything>.wav"
+NO_LABEL = (
+    "no label: the clips beside it are named <label>_<anything>.wav; name it so too, put the clips in <label>/ "
+    "folders, or give none of them a prefix (one class)"
+)
 
 
-def _label(path: Path, by_folder: bool) -> str | None:
-    if by_folder:
-        return path.parent.name
+def _prefix(path: Path) -> str | None:
     return path.stem.split("_", 1)[0] if "_" in path.stem else None
 
 
-def decode_clip(path: Path, spec: AudioSpec, by_folder: bool) -> tuple[np.ndarray, int]:
+def _labeller(base: Path, clips: set[Path]):
+    """path -> label (None: unlabelled), following the rule in the module docstring."""
+    tops = {p.relative_to(base).parts[0] for p in clips if p.parent != base}
+    if len(tops) >= 2 and all(p.parent != base for p in clips):
+        return lambda p: p.relative_to(base).parts[0]
+    if any(_prefix(p) is not None for p in clips):
+        return _prefix
+    only = next(iter(tops)) if tops else (base.resolve().name or "clips")
+    return lambda p: only
+
+
+def decode_clip(path: Path, spec: AudioSpec, unlabelled: frozenset) -> tuple[np.ndarray, int]:
     """decode_audio for a clip that has a label; one without is a bad sample (so --on-bad-file skip can skip it)."""
-    if path.suffix.lower() in AUDIO_EXTS and _label(path, by_folder) is None:
+    if path in unlabelled:
         raise BadSample(path, NO_LABEL)
     return decode_audio(path, spec)
 
@@ -72,18 +87,17 @@ class AudioSource(FileSource):
         clips = {p for p in files if p.suffix.lower() in AUDIO_EXTS}
         if not clips:
             raise InputError(f"{base}: no .wav/.flac/.ogg files")
-        folders = {p.parent for p in clips}
-        by_folder = len(folders) >= 2
-        labels = {p: _label(p, by_folder) for p in clips}
+        label = _labeller(base, clips)
+        labels = {p: label(p) for p in clips}
         self.classes = sorted({c for c in labels.values() if c is not None})
-        if not self.classes:
-            raise InputError(f"{base}: {NO_LABEL}")
         index = {c: i for i, c in enumerate(self.classes)}
-        # files beside the clips and clips without a label are reported as bad samples (decode_clip names them), not
+        folders = {p.parent for p in clips}
+        # files beside the clips and clips without a label are reported as bad samples (the decoder names them), not
         # silently ignored
         self.items = [(p, index.get(labels.get(p), -1)) for p in files if p.parent in folders]
         self.path = str(base)
-        self.decode = partial(decode_clip, spec=self.spec, by_folder=by_folder)
+        unlabelled = frozenset(p for p, c in labels.items() if c is None)
+        self.decode = partial(decode_clip, spec=self.spec, unlabelled=unlabelled)
 
     def audio(self) -> AudioSpec:
         return self.spec

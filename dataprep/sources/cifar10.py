@@ -3,14 +3,15 @@ or the `cifar-10-python.tar.gz` it is unpacked from. Already decoded: each batch
 
 from __future__ import annotations
 
-import pickle
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from .. import safe_pickle
 from .base import Chunk, InputError, Source
+from .images import resize_array
 
 SPLITS = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
 
@@ -25,20 +26,25 @@ def find_batches_dir(path: Path) -> Path | None:
 class Cifar10Source(Source):
     kind = "image"
 
-    def __init__(self, path: Path, split: str = "train") -> None:
+    def __init__(self, path: Path, split: str = "train", size: int | None = None) -> None:
         if split not in SPLITS:
             raise InputError(f"CIFAR-10 has splits {sorted(SPLITS)}, not {split!r}")
-        self.split, self.archive = split, Path(path)
+        self.split, self.archive, self.size = split, Path(path), size
         self.path = str(path)
         self._tar = tarfile.open(path) if Path(path).is_file() else None
         self.dir = None if self._tar else find_batches_dir(Path(path))
         if self._tar is None and self.dir is None:
             raise InputError(f"{path}: no cifar-10-batches-py files (batches.meta, data_batch_1..5, test_batch)")
-        meta = self._load("batches.meta")
-        self.classes = [c.decode() if isinstance(c, bytes) else c for c in meta[b"label_names"]]
+        names = self._load("batches.meta").get(b"label_names")
+        if not isinstance(names, list) or not names or not all(isinstance(c, (bytes, str)) for c in names):
+            raise InputError(f"{self._where('batches.meta')}: expected 'label_names', a list of class names")
+        self.classes = [c.decode("utf-8", "backslashreplace") if isinstance(c, bytes) else c for c in names]
+
+    def _where(self, name: str) -> str:
+        return f"{self.archive}:{name}" if self._tar else str(self.dir / name)
 
     def _load(self, name: str) -> dict:
-        where = f"{self.archive}:{name}" if self._tar else self.dir / name
+        where = self._where(name)
         try:
             if self._tar:
                 member = next((m for m in self._tar.getmembers() if Path(m.name).name == name), None)
@@ -48,23 +54,42 @@ class Cifar10Source(Source):
             else:
                 f = open(self.dir / name, "rb")
             with f:
-                return pickle.load(f, encoding="bytes")
+                batch = safe_pickle.load(f)
         except FileNotFoundError:
             raise InputError(f"{where}: missing (a complete cifar-10-batches-py has {SPLITS})") from None
-        except Exception as e:
+        except safe_pickle.UnsafePickle as e:
+            raise InputError(
+                f"{where}: refused: the pickle calls {e}, which a CIFAR-10 batch never holds (dicts, lists, bytes, "
+                "str, ints, numpy arrays); the file may have been tampered with: download CIFAR-10 again"
+            ) from None
+        except Exception as e:  # damage can surface as almost any exception inside pickle
             raise InputError(f"{where}: corrupt CIFAR-10 batch ({type(e).__name__}: {e})") from None
+        if not isinstance(batch, dict):
+            raise InputError(f"{where}: corrupt CIFAR-10 batch (a {type(batch).__name__}, not a dict)")
+        return batch
+
+    def _arrays(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """The batch's pixels as (N, 32, 32, 3) uint8 and labels as (N,) int64, or an error saying what is wrong."""
+        batch = self._load(name)
+        data, labels = batch.get(b"data"), batch.get(b"labels")
+        expected = f"{self._where(name)}: expected 'data', an (N, 3072) uint8 array, and 'labels', N ints"
+        if not isinstance(data, np.ndarray) or not isinstance(labels, list):
+            raise InputError(f"{expected}; found {type(data).__name__} and {type(labels).__name__}")
+        if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
+            raise InputError(f"{expected}; found {data.dtype} {data.shape} and {len(labels)} labels")
+        if not all(type(v) is int and 0 <= v < len(self.classes) for v in labels):
+            raise InputError(f"{expected} in 0..{len(self.classes) - 1}; some labels are not")
+        # stored planar (N, 3, 32, 32): make it HWC like every decoded image
+        x = np.ascontiguousarray(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        return x, np.asarray(labels, np.int64)
 
     def __len__(self) -> int:
         return 10000 * len(SPLITS[self.split])
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         for name in SPLITS[self.split]:
-            batch = self._load(name)
-            data, labels = batch.get(b"data"), batch.get(b"labels")
-            if data is None or labels is None or len(data) != len(labels) or np.asarray(data).shape[1:] != (3072,):
-                raise InputError(f"{self.path}:{name}: expected 'data' (N, 3072) uint8 and N 'labels'")
-            # stored planar (N, 3, 32, 32): make it HWC like every decoded image
-            x = np.ascontiguousarray(np.asarray(data, np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-            y = np.asarray(labels, np.int64)
+            x, y = self._arrays(name)
+            if self.size is not None and self.size != 32:
+                x = np.stack([resize_array(im, self.size) for im in x])
             for i in range(0, len(y), chunk_size):
                 yield Chunk(x[i : i + chunk_size], y[i : i + chunk_size])

@@ -2,29 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import os
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from ..parallel import ordered_map
 from .base import BadSample, Chunk, Source
 
-IMAGE_EXTS = (".png", ".jpg", ".jpeg")
-
-
-def decode_image(path: Path) -> tuple[np.ndarray, None]:
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as im:
-            im.load()  # decode now, so a truncated file fails here and not in a loader months later
-            rgb = im if im.mode == "RGB" else im.convert("RGB")
-            return np.asarray(rgb, dtype=np.uint8), None
-    except UnidentifiedImageError:
-        raise BadSample(path, "not an image (PIL cannot identify the file)") from None
-    except (OSError, SyntaxError, ValueError) as e:
-        raise BadSample(path, f"corrupt or truncated image ({e})") from None
+DECODE_BLOCK = 64  # files per task: amortises the round trip to a worker, small enough to balance 16 workers
 
 
 def _safe(decode: Callable, path: Path):
@@ -36,11 +24,8 @@ def _safe(decode: Callable, path: Path):
         return False, f"{type(e).__name__}: {e}"
 
 
-def _ignore_sigint() -> None:
-    """In decoding workers: Ctrl-C is for the parent, which stops the pool (else every worker prints a traceback)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _safe_block(decode: Callable, paths: list[Path]) -> list[tuple[bool, object]]:
+    return [_safe(decode, p) for p in paths]
 
 
 class FileSource(Source):
@@ -55,32 +40,9 @@ class FileSource(Source):
 
     def _results(self, workers: int) -> Iterator[tuple[bool, object]]:
         paths = [p for p, _ in self.items]
-        if workers <= 1:
-            yield from (_safe(self.decode, p) for p in paths)
-            return
-        from functools import partial
-
-        fn, block = partial(_safe, self.decode), 4 * 64 * workers  # paths in flight at most
-        # forkserver, not fork: after FFCV or DALI started threads in this process, a forked child can deadlock
-        pool = mp.get_context("forkserver").Pool(workers, initializer=_ignore_sigint)
-        results = iter(())
-        try:
-            for start in range(0, len(paths), block):
-                results = pool.imap(fn, paths[start : start + block], chunksize=64)
-                yield from results
-            pool.close()
-        except GeneratorExit:
-            # the consumer has enough (--limit): finish the block in flight and close; terminating workers while they
-            # write results can deadlock the pool on its result lock (seen with 16 workers on 2 cores)
-            for _ in results:
-                pass
-            pool.close()
-            raise
-        except BaseException:  # Ctrl-C or an error: stop now
-            pool.terminate()
-            raise
-        finally:
-            pool.join()
+        blocks = (paths[i : i + DECODE_BLOCK] for i in range(0, len(paths), DECODE_BLOCK))
+        for _, results in ordered_map(partial(_safe_block, self.decode), blocks, workers):
+            yield from results
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped = [], [], [], []
@@ -92,7 +54,7 @@ class FileSource(Source):
                 if shape is None:
                     shape, first = x.shape, rel
                 elif x.shape != shape:
-                    ok, value = False, f"inconsistent sample shape {x.shape}; {first} has {shape}"
+                    ok, value = False, self._mismatch(x.shape, first, shape)
             if not ok:
                 if on_bad_file == "error":
                     raise BadSample(rel, value)
@@ -107,6 +69,10 @@ class FileSource(Source):
         if ys or skipped:
             yield self._chunk(xs, ys, lengths, skipped)
 
+    def _mismatch(self, got: tuple, first: Path, shape: tuple) -> str:
+        hint = "; pass --size N to resize every image to N x N" if self.kind == "image" else ""
+        return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
+
     @staticmethod
     def _chunk(xs, ys, lengths, skipped) -> Chunk:
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
@@ -115,5 +81,16 @@ class FileSource(Source):
 
 
 def list_files(folder: Path) -> list[Path]:
-    """Visible files below `folder`, sorted, so the output order never depends on the file system."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    """Every visible entry below `folder` that is not a folder, sorted, so the output order never depends on the file
+    system. Broken symlinks and symlink loops are listed too: decoding them fails with the file named, instead of
+    the sample vanishing silently. Symlinked folders are followed once (a folder reached twice is not re-entered)."""
+    out, seen = [], set()
+    for here, dirs, files in os.walk(folder, followlinks=True):
+        st = os.stat(here)
+        if (st.st_dev, st.st_ino) in seen:
+            dirs[:] = []
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        out += [Path(here) / f for f in files if not f.startswith(".")]
+    return sorted(out)

@@ -1,34 +1,42 @@
-"""ROOT/<class>/*.{png,jpg,jpeg}, or ROOT/<split>/<class>/... (e.g. the CIFAR-10 JPEG tree)."""
+"""A folder of images, labelled by folder or not at all.
+
+Labels (torchvision's ImageFolder rule, extended to unlabeled data): with BASE = ROOT/<split> if that folder exists,
+else ROOT,
+- images directly in BASE (a flat folder, perhaps with subfolders too): one class, named after BASE, holding every
+  image below BASE (what lucidrains' `Dataset` and diffusers' unconditional example train on);
+- otherwise each folder directly in BASE is a class, holding every image below it at any depth (ROOT/cat/a/b/1.jpg
+  is a "cat"); a single such folder is one class. Files directly in BASE beside the class folders are ignored.
+Any other file that is not an image is a bad sample (named; `--on-bad-file skip` lists it), never dropped silently.
+"""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-from .base import BadSample, InputError
-from .files import IMAGE_EXTS, FileSource, decode_image
-
-
-def _decode_known_ext(path: Path):
-    if path.suffix.lower() not in IMAGE_EXTS:
-        raise BadSample(path, f"not an image file (extension {path.suffix or 'none'}; expected {IMAGE_EXTS})")
-    return decode_image(path)
+from .base import InputError
+from .files import FileSource, list_files
+from .images import IMAGE_EXTS, decode_image
 
 
 class ImageFolderSource(FileSource):
     kind = "image"
 
-    def __init__(self, root: Path, split: str = "train") -> None:
+    def __init__(self, root: Path, split: str = "train", size: int | None = None) -> None:
         self.root = Path(root)
         base = self.root / split if (self.root / split).is_dir() else self.root
-        class_dirs = sorted(d for d in base.iterdir() if d.is_dir() and not d.name.startswith("."))
-        if not class_dirs:
-            raise InputError(f"{base}: no class folders (expected {base}/<class>/*.png|jpg)")
+        files = list_files(base)
+        if not files:
+            raise InputError(f"{base}: empty folder (expected images in it, or in {base}/<class>/...)")
         self.path = str(base)
-        self.classes = [d.name for d in class_dirs]
-        self.items = []
-        for label, d in enumerate(class_dirs):
-            files = sorted(p for p in d.iterdir() if p.is_file() and not p.name.startswith("."))
-            self.items += [(p, label) for p in files]
-        if not self.items:
-            raise InputError(f"{base}: the class folders hold no files")
-        self.decode = _decode_known_ext
+        if any(p.parent == base for p in files if p.suffix.lower() in IMAGE_EXTS):
+            self.classes = [base.resolve().name or "images"]
+            self.items = [(p, 0) for p in files]
+        else:
+            files = [p for p in files if p.parent != base]  # a README beside the class folders is not a sample
+            self.classes = sorted({p.relative_to(base).parts[0] for p in files})
+            index = {c: i for i, c in enumerate(self.classes)}
+            self.items = [(p, index[p.relative_to(base).parts[0]]) for p in files]
+        if not any(p.suffix.lower() in IMAGE_EXTS for p, _ in self.items):
+            raise InputError(f"{base}: no .png/.jpg/.jpeg files below it")
+        self.decode = partial(decode_image, size=size)

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import csv
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from .base import BadSample, Chunk, InputError
-from .files import FileSource, decode_image
+from .files import FileSource
+from .images import decode_image
 
 
 class KaggleSource(FileSource):
     kind = "image"
 
-    def __init__(self, root: Path, split: str = "train") -> None:
+    def __init__(self, root: Path, split: str = "train", size: int | None = None) -> None:
         self.root = Path(root)
         if split != "train":
             raise InputError(f"{root}: Kaggle's CIFAR-10 test images have no labels; use --split train")
@@ -32,24 +34,37 @@ class KaggleSource(FileSource):
         self.items = [(p, index.get(self.labels.get(p.stem), -1)) for p in files]
         if not self.items:
             raise InputError(f"{image_dir}: empty folder")
-        self.decode = decode_image
+        self.decode = partial(decode_image, size=size)
 
     @staticmethod
     def _read_labels(path: Path) -> dict[str, str]:
-        with open(path, newline="") as f:
-            rows = list(csv.reader(f))
+        """id -> label; a malformed file is an InputError naming the line."""
+        try:
+            with open(path, newline="", encoding="utf-8-sig") as f:
+                rows = list(csv.reader(f))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise InputError(f"{path}: not a readable CSV file ({e})") from None
         if not rows or [c.strip() for c in rows[0][:2]] != ["id", "label"]:
             raise InputError(f"{path}: expected a header 'id,label'")
-        bad = [i + 1 for i, r in enumerate(rows[1:], 1) if len(r) < 2]
-        if bad:
-            raise InputError(f"{path}: line {bad[0]} has fewer than 2 columns")
-        return {r[0].strip(): r[1].strip() for r in rows[1:]}
+        labels: dict[str, str] = {}
+        for line, row in enumerate(rows[1:], 2):
+            if not row:
+                continue  # a blank line
+            if len(row) < 2 or not row[0].strip() or not row[1].strip():
+                raise InputError(f"{path}: line {line} needs an id and a label, it has {','.join(row)!r}")
+            key, label = row[0].strip(), row[1].strip()
+            if labels.setdefault(key, label) != label:
+                raise InputError(f"{path}: line {line} labels id {key} {label!r}, an earlier line {labels[key]!r}")
+        return labels
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int):
         unlabelled = [p for p, y in self.items if y < 0]
         skipped = [{"path": str(p.relative_to(self.root)), "error": "no entry in trainLabels.csv"} for p in unlabelled]
+        present = {p.stem for p, _ in self.items}
+        missing = [f"train/{k}.png" for k in self.labels if k not in present]
+        skipped += [{"path": m, "error": "listed in trainLabels.csv, but missing"} for m in missing]
         if skipped and on_bad_file == "error":
-            raise BadSample(unlabelled[0].relative_to(self.root), "no entry in trainLabels.csv")
+            raise BadSample(skipped[0]["path"], skipped[0]["error"])
         self.items = [(p, y) for p, y in self.items if y >= 0]
         if skipped:
             yield Chunk(np.zeros((0, 1, 1, 3), np.uint8), np.zeros(0, np.int64), None, skipped)
