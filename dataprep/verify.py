@@ -8,7 +8,7 @@ import numpy as np
 
 from .digest import SampleDigest, file_sha256
 from .formats import module
-from .manifest import load_manifest
+from .manifest import load_manifest, require_verifiable
 
 
 def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
@@ -60,6 +60,7 @@ def verify(data_dir: Path | str) -> list[str]:
     """Problems found, most useful first; an empty list means every format matches the manifest exactly."""
     data_dir = Path(data_dir)
     manifest = load_manifest(data_dir)
+    require_verifiable(manifest, data_dir / "manifest.json")
     expected = manifest["digest"]
     problems, digests = [], {}
     for name, info in manifest["formats"].items():

@@ -12,7 +12,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataprep.manifest import ManifestError, describe, load_manifest
+from dataprep.manifest import ManifestError, describe, load_manifest, require_verifiable
 from dataprep.sources import BadSample, InputError
 from dataprep.sources.audio import decode_audio
 from dataprep.sources.base import AudioSpec
@@ -50,7 +50,9 @@ def test_manifest_reader_random_structures(random_values, keep_plausible):
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "manifest.json").write_text(json.dumps(manifest))
         try:
-            describe(load_manifest(d))  # what is accepted must also be readable
+            manifest = load_manifest(d)
+            describe(manifest)  # what is accepted must also be readable
+            require_verifiable(manifest, Path(d))
         except ManifestError:
             pass
 
