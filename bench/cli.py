@@ -164,5 +164,46 @@ def report(results_dir: Path) -> None:
         raise click.ClickException(str(e)) from None
 
 
+@cli.command()
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory written by `dataprep convert`.",
+)
+@click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option("--compile/--no-compile", default=False)
+@click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON (what `train --loader fastest` reads).")
+def fastest(data: Path, model: str, batch_size: int, device, precision: str, compile: bool, results, as_json) -> None:
+    """The loader configuration `train --loader fastest` takes, and why; a short bench first when there are no
+    results for this data, device, model, batch size, precision and compile setting."""
+    import contextlib
+    import dataclasses
+    import json
+    import sys
+
+    from loaders import LoaderError
+
+    from .fastest import choose
+
+    device = _device(device)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
+            c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
+                       compile=compile, results_dir=results)  # fmt: skip
+    except (LoaderError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(c)))
+    else:
+        pin = ", pin_memory on" if c.pin_memory else ""
+        click.echo(f"{c.backend}, {c.workers} workers{pin}: {c.reason}")
+
+
 def main() -> None:
     cli()

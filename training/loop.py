@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from bench.starvation import StepTimer
-
 from . import ddp
 from .checkpoint import (
     CKPT_NAME,
@@ -31,6 +29,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .metrics import MetricsLog
+from .starvation import StepTimer
 from .stream import EpochStream, check_fits, choose_loader, data_kind, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}

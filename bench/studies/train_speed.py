@@ -14,8 +14,8 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_cl_max_autotune        compile "max-autotune": Triton/cuDNN choices benchmarked, CUDA graphs (slow warm-up)
     bf16_max_autotune           the same in NCHW
 
-    python -m bench.train_speed --model ddpm_cifar10 --batch-size 128 --out bench/results/train_speed.json
-    python -m bench.train_speed --device cpu --model tiny --steps 3     # a smoke run without a GPU
+    python -m bench.studies.train_speed --model ddpm_cifar10 --batch-size 128 --out bench/results/train_speed.json
+    python -m bench.studies.train_speed --device cpu --model tiny --steps 3     # a smoke run without a GPU
 
 Warm-up steps (compilation, autotuning, cuDNN benchmarking) are excluded; the timed steps are bracketed by CUDA
 events after a synchronize. FLOPs are counted once on the meta device with torch.utils.flop_counter. A mode that
@@ -37,7 +37,7 @@ from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops
 
-from .env import run_record
+from ..env import run_record
 
 BF16 = torch.bfloat16
 # name: (autocast dtype, channels_last, torch.compile mode, what is compiled: the UNet as in training.loop, or the loss)

@@ -7,7 +7,7 @@
    (what dataprep writes), one .npy file per sample (fn.readers.numpy), and one PNG per sample (readers.file +
    decoders.image).
 
-    python -m bench.format_choices --data DIR --out bench/results/format_choices.json
+    python -m bench.studies.format_choices --data DIR --out bench/results/format_choices.json
 
 DIR must hold the hdf5, dali and files formats of an image set (`dataprep convert --format all`).
 """

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Issue 5's GPU findings and the starvation cross-check, for a leased H100 (16 cores) whose commands may run at most
+# The GPU findings of docs/BENCHMARKS.md and the starvation cross-check, on one H100 (16 cores), in calls of at most
 # 10 minutes each. Steps run in the order given, each resuming its results directory, until the call's minutes
 # (GPUFEED_MINUTES, default 9) are spent: repeat the same command until it prints "complete" for every step.
 #
-#   bash bench/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
-#   bash bench/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/ (its missing runs)
-#   bash bench/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
-#   bash bench/plan_gpu.sh f2 f3       # tiny b512 --cpus 4; spoken-digit audio, ddpm_audio_mel b128 --cpus 4
-#   bash bench/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
-#   bash bench/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
+#   bash bench/studies/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
+#   bash bench/studies/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/ (its missing runs)
+#   bash bench/studies/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
+#   bash bench/studies/plan_gpu.sh f2 f3       # tiny b512 --cpus 4; spoken-digit audio, ddpm_audio_mel b128 --cpus 4
+#   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
+#   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
 #
-# Grids, as the issue asks, 2 repeats each (median and range; every repeat measures its own data-free rate):
+# Grids, 2 repeats each (median and range; every repeat measures its own data-free rate):
 # - f1: every backend x workers 0,4,8,16 x pin_memory on/off: 24 loader configurations + data-free = 52 runs,
 #   200 measured steps after 20 warm-up. Measured: 35-45 s each with a warm compile cache (~20 s of it loading the
 #   compiled graphs and capturing CUDA graphs), 160 s for the first on a fresh machine: ~36 min, 4-5 calls.
@@ -19,20 +19,19 @@
 #   docs/BENCHMARKS.md). Measured: 27-49 s each, 13 min for the 20 runs.
 # - f3: audio on 4 cores, the same backends and workers, eager (as the audio UNet trains by default), 60 measured
 #   steps (0.18 s each: an 11 s window).
-# Device notes: a fresh machine needs the staged extras (../shared/device/README.md) plus the soxr wheel for the
-# audio prep (carry .whl/ and pip-install it into /tmp/site); `.devdata/` with the two dataset archives is found too.
-# torch.compile is paid once per machine: runs share TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
-# Results: /tmp/gpufeed-results/<step>/ on the machine (kept while it stays warm), archived to $OUT/<step>.tgz after
-# every call (and every minute while it runs, with the step's log $OUT/<step>.log): one JSON per run, results.csv,
-# results.md, plot-*.png, grid.log, fastest.txt (what `train --loader fastest` picks from them). xcheck's traces stay
-# on the machine (tens of MB). A machine lost midway (a reply saying "warm": false) loses /tmp: unpack the last
-# STEP.tgz here into .devres/ (ignored) and carry .devres along: a step whose results are not on the machine starts
-# from .devres/STEP. Each run is paired with the data-free runs of its own GPU (uuid): a grid
-# resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` sees to it).
+# Set-up: the package with its extras (ffcv, dali, audio) and the two dataset archives in ../shared/datasets,
+# shared/datasets, .devdata or /work/shared/datasets. torch.compile is paid once per host: runs share
+# TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
+# Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-results), archived to $OUT/<step>.tgz after every call (and
+# every minute while it runs, with the step's log $OUT/<step>.log): one JSON per run, results.csv, results.md,
+# plot-*.png, grid.log, fastest.txt (what `train --loader fastest` picks from them). xcheck's traces stay in
+# $GPUFEED_RESULTS (tens of MB). If $GPUFEED_RESULTS is lost midway, unpack the last STEP.tgz into .devres/ (ignored):
+# a step whose results are missing starts from .devres/STEP. Each run is paired with the data-free runs of its own GPU
+# (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: bash bench/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 xcheck gputest)" >&2; exit 2; }
-OUT=${OUT:-$PWD/gpu-out}  # the device tool sets OUT to the folder it brings back
+cd "$(dirname "$0")/../.."
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 xcheck gputest)" >&2; exit 2; }
+OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
 MINUTES=${GPUFEED_MINUTES:-9}

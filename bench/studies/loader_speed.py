@@ -1,8 +1,8 @@
 """Loader-only throughput: images/s delivered as normalized tensors on the device, every backend and the reference
-pipelines it must beat, measured in one run (issue: ffcv >= upstream FFCV's CIFAR pipeline at the same threads,
+pipelines it must beat, measured in one run (the targets: ffcv >= upstream FFCV's CIFAR pipeline at the same threads,
 dali >= 3x a naive one-.npy-per-sample DALI pipeline, hdf5 >= 4x the torch baseline at the same workers, gpu > 1M/s).
 
-    python -m bench.loader_speed --data DIR --workers 8 --batch-size 128 --out bench/results/loader_speed.json
+    python -m bench.studies.loader_speed --data DIR --workers 8 --batch-size 128 --out bench/results/loader_speed.json
 
 Each contender: build, one warm-up epoch (worker start, JIT, page cache), then `--epochs` timed epochs; the clock
 stops after a device synchronize. The consumer touches every batch (a sum), nothing more."""
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .env import run_record
+from ..env import run_record
 
 
 def timed(make_iter, epochs: int, device: str) -> dict:
