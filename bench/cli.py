@@ -66,12 +66,13 @@ def cli() -> None:
 @click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
 @click.option(
     "--model",
-    type=click.Choice(MODEL_CHOICES),
-    default="none",
-    help="none: the loader alone (its ceiling); else this preset in the real training loop.",
+    type=click.Choice(("auto", *MODEL_CHOICES)),
+    default="auto",
+    help="The preset in the real training loop; auto: the data's preset on a GPU (ddpm_cifar10 for images, "
+    "ddpm_audio_mel for audio), tiny on CPU; none: the loader alone, its ceiling against that preset's appetite.",
 )
-@click.option("--steps", type=click.IntRange(min=2), default=200, help="Measured steps per configuration.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps run first and left out.")
+@click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU].")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Steps left out [default: 20; 2 on CPU].")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin each run to N cores [default: all].")
 @click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
@@ -93,13 +94,15 @@ def cli() -> None:
     help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks].",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full summary (OUT/summary.json), not the answer.")
 def loaders(
-    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, **options
+    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, as_json, **options
 ) -> None:
-    """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots."""
+    """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
+    the answer: does the model starve, and which configuration feeds it."""
     from .fastest import default_results_dir
     from .grid import GridConfig, run_grid
-    from .report import write_report
+    from .job import preset_for
 
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
@@ -113,6 +116,11 @@ def loaders(
         raise click.BadParameter(
             "the profiler cross-check needs GPU kernels; use --device cuda", param_hint="--crosscheck"
         )
+    cpu = not device.startswith("cuda")  # tiny takes ~1-4 s a step at batch 128 on 2 cores
+    options["steps"] = options["steps"] or (10 if cpu else 200)
+    options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
+    if options["model"] == "auto":
+        options["model"] = preset_for(data, device)
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
@@ -127,17 +135,32 @@ def loaders(
         **options,
     )
     try:
-        outcome = run_grid(cfg, echo=click.echo)
+        outcome = run_grid(cfg, echo=lambda line: click.echo(line, err=as_json))  # stdout: the JSON alone
     except KeyboardInterrupt as e:
         click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
         raise SystemExit(130) from None
-    try:
-        report = f"report: {write_report(cfg.out)}"
-    except ValueError:  # only data-free runs so far (a time limit stopped the grid early): nothing to compare yet
-        report = "no loader run finished yet, so no report"
-    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed; {report}")
+    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
+    _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
         raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+
+
+def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
+    """Report, then the answer in a few lines (or, with --json, the full summary) of a finished grid."""
+    import json
+
+    from .answer import summarize, write_summary
+    from .report import write_report
+    from .results import finalize
+
+    try:
+        write_report(results_dir)
+    except ValueError:  # only data-free runs so far (a time limit stopped the grid early): nothing to compare yet
+        click.echo("no loader run finished yet, so no report", err=as_json)
+        return
+    lines, record = summarize(results_dir, finalize(results_dir), failed)
+    write_summary(results_dir, record)
+    click.echo(json.dumps(record, indent=1, default=str) if as_json else "\n".join(lines))
 
 
 def _device(device: str | None) -> str:

@@ -52,6 +52,7 @@ class TrainConfig:
     device: str = field(default_factory=_default_device)  # cuda when present; under torchrun cuda:LOCAL_RANK
     timing_warmup: int = 20  # steps left out of the timing figures: compilation, cuDNN autotune, worker start-up
     progress: bool = True  # tqdm bar on rank 0; tests turn it off
+    tensorboard: bool = False  # also write the logged scalars and sample grids to RUN_DIR/tensorboard (optional extra)
 
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)

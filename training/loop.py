@@ -53,6 +53,7 @@ class RunSummary:
     param_checksum: float  # sum of every state_dict entry: equal on all ranks when DDP kept them in step
     stopped_by: str | None  # "SIGTERM"/"SIGINT" when a signal ended the run (after checkpointing)
     config: dict = field(default_factory=dict)
+    loader: dict = field(default_factory=dict)  # backend, workers, pin_memory and why (`--loader fastest` says)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -232,6 +233,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         param_checksum=sum(v.double().sum().item() for v in model.state_dict().values()),
         stopped_by=stop.received,
         config=train_dict,
+        loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},
         **figures,
     )
 
