@@ -1,6 +1,7 @@
 """`bench report DIR`: results.md (tables with median and range over repeats, best configuration per backend,
 the profiler cross-check) and one PNG per scenario (model, batch size, device, CPU budget): throughput, starvation
-and CPU cost per 1,000 samples against workers, one colour per backend, pin_memory on solid and off dashed."""
+(for the loader alone: headroom over the preset's data-free rate) and CPU cost per 1,000 samples against workers,
+one colour per backend, pin_memory on solid and off dashed."""
 
 from __future__ import annotations
 

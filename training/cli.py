@@ -70,6 +70,8 @@ def _d(name: str):
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/ckpt.pt (an error if it is missing).")
 @click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
 @click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
+@click.option("--sample-count", type=click.IntRange(min=1), default=_d("sample_count"), help="Images per grid.")
+@click.option("--sample-steps", type=click.IntRange(min=1), default=_d("sample_steps"), help="DDIM steps per grid.")
 @click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints.")
 @click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every"))
 @click.option(

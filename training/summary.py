@@ -52,7 +52,7 @@ def lines(rec: dict) -> list[str]:
         f"{rec['samples_per_s']:,.0f} samples/s, {starved}, {loss}",
         f"loader: {rec['backend']}{workers}: {loader.get('reason', 'given to the loop')}",
     ]
-    if rec.get("tflops"):
+    if str(device).startswith("cuda"):  # on CPU the FLOP rate and device memory say nothing about feeding a GPU
         mfu = f", MFU {rec['mfu']:.0%}" if rec.get("mfu") else ""
         out.append(f"compute: {rec['tflops']:.1f} TFLOP/s{mfu}, peak memory {rec['peak_memory_gib']:.2f} GiB")
     files = rec.get("files", {})
