@@ -1,5 +1,7 @@
-"""Measuring GPU starvation: `bench loaders` (a grid of loader configurations in gpufeed's loop) and `bench watch`
-(any training program, unchanged). `from bench import watch` gives the latter's Python form, imported on first use."""
+"""bench: does the GPU starve, and what fixes it? The grid of loader configurations in the training loop
+(`bench loaders`), its report, the choice behind `train --loader fastest`, and `bench watch` for any training program,
+unchanged (`from bench import watch` gives its Python form, imported on first use); the project's own studies in
+studies/."""
 
 
 def __getattr__(name: str):

@@ -1,3 +1,5 @@
+"""`python -m bench`: the bench command line."""
+
 from .cli import main
 
 main()

@@ -68,12 +68,13 @@ def cli() -> None:
 @click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
 @click.option(
     "--model",
-    type=click.Choice(MODEL_CHOICES),
-    default="none",
-    help="none: the loader alone (its ceiling); else this preset in the real training loop.",
+    type=click.Choice(("auto", *MODEL_CHOICES)),
+    default="auto",
+    help="The preset in the real training loop; auto: the data's preset on a GPU (ddpm_cifar10 for images, "
+    "ddpm_audio_mel for audio), tiny on CPU; none: the loader alone, its ceiling against that preset's appetite.",
 )
-@click.option("--steps", type=click.IntRange(min=2), default=200, help="Measured steps per configuration.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps run first and left out.")
+@click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU].")
+@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Steps left out [default: 20; 2 on CPU].")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin each run to N cores [default: all].")
 @click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
@@ -103,13 +104,15 @@ def cli() -> None:
     help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks].",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full summary (OUT/summary.json), not the answer.")
 def loaders(
-    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, **options
+    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, as_json, **options
 ) -> None:
-    """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots."""
+    """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
+    the answer: does the model starve, and which configuration feeds it."""
     from .fastest import default_results_dir
     from .grid import GridConfig, run_grid
-    from .report import write_report
+    from .job import preset_for
 
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
@@ -123,6 +126,11 @@ def loaders(
         raise click.BadParameter(
             "the profiler cross-check needs GPU kernels; use --device cuda", param_hint="--crosscheck"
         )
+    cpu = not device.startswith("cuda")  # tiny takes ~1-4 s a step at batch 128 on 2 cores
+    options["steps"] = options["steps"] or (10 if cpu else 200)
+    options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
+    if options["model"] == "auto":
+        options["model"] = preset_for(data, device)
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
@@ -137,17 +145,32 @@ def loaders(
         **options,
     )
     try:
-        outcome = run_grid(cfg, echo=click.echo)
+        outcome = run_grid(cfg, echo=lambda line: click.echo(line, err=as_json))  # stdout: the JSON alone
     except KeyboardInterrupt as e:
         click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
         raise SystemExit(130) from None
-    try:
-        report = f"report: {write_report(cfg.out)}"
-    except ValueError:  # only data-free runs so far (a time limit stopped the grid early): nothing to compare yet
-        report = "no loader run finished yet, so no report"
-    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed; {report}")
+    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
+    _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
         raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+
+
+def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
+    """Report, then the answer in a few lines (or, with --json, the full summary) of a finished grid."""
+    import json
+
+    from .answer import summarize, write_summary
+    from .report import write_report
+    from .results import finalize
+
+    try:
+        write_report(results_dir)
+    except ValueError:  # only data-free runs so far (a time limit stopped the grid early): nothing to compare yet
+        click.echo("no loader run finished yet, so no report", err=as_json)
+        return
+    lines, record = summarize(results_dir, finalize(results_dir), failed)
+    write_summary(results_dir, record)
+    click.echo(json.dumps(record, indent=1, default=str) if as_json else "\n".join(lines))
 
 
 def _device(device: str | None) -> str:
@@ -218,6 +241,47 @@ def watch(command, out, cpus, as_json, **options) -> None:
     code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else "\n".join(describe(summary, out)))
     raise SystemExit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says
+
+
+@cli.command()
+@click.option(
+    "--data",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A directory written by `dataprep convert`.",
+)
+@click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option("--compile/--no-compile", default=False)
+@click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON (what `train --loader fastest` reads).")
+def fastest(data: Path, model: str, batch_size: int, device, precision: str, compile: bool, results, as_json) -> None:
+    """The loader configuration `train --loader fastest` takes, and why; a short bench first when there are no
+    results for this data, device, model, batch size, precision and compile setting."""
+    import contextlib
+    import dataclasses
+    import json
+    import sys
+
+    from loaders import LoaderError
+
+    from .fastest import choose
+
+    device = _device(device)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
+            c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
+                       compile=compile, results_dir=results)  # fmt: skip
+    except (LoaderError, OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(c)))
+    else:
+        pin = ", pin_memory on" if c.pin_memory else ""
+        click.echo(f"{c.backend}, {c.workers} workers{pin}: {c.reason}")
 
 
 cli.add_command(soak_cmd, name="soak")

@@ -40,7 +40,7 @@ class GridConfig:
     repeats: int = 1  # >= 2 on the GPU for a run-to-run range
     crosscheck: bool = False  # add one profiled run per configuration: trace-derived starvation (GPU only)
     resume: bool = False  # skip configurations whose JSON already exists in `out`
-    # stop starting configurations that would end past this many seconds (a leased GPU machine's command limit);
+    # stop starting configurations that would end past this many seconds (a command limit on a shared GPU host);
     # the rest are left for a rerun with resume. None: run the whole grid
     time_limit_s: float | None = None
     # seconds one configuration may run before it is stopped and recorded as failed (a hung loader, a wedged

@@ -7,11 +7,16 @@ recorded as None ("n/a" in tables). Kept free of torch imports: the CLI expands 
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu")  # loaders.BACKENDS keys (a test checks they match)
 MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel")  # none: the loader alone, its ceiling
+# The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
+# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.stream.KIND_MODELS, mirrored here
+# to keep this module free of torch imports)
+KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel"}
 USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False}
 USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False}
 MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
@@ -60,6 +65,14 @@ class Job:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def preset_for(data: Path, device: str) -> str:
+    """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS)."""
+    if not str(device).startswith("cuda"):
+        return "tiny"
+    kind = json.loads((Path(data) / "manifest.json").read_text()).get("kind", "image")
+    return KIND_PRESETS[kind]
+
+
 def collapse(backend: str, workers: int, pin: bool, device: str) -> tuple[int | None, bool | None]:
     """The knob values this backend actually uses on this device."""
     w = max(workers, MIN_WORKERS.get(backend, 0)) if USES_WORKERS[backend] else None
@@ -86,7 +99,9 @@ def expand(
     precision="bf16",
 ) -> list[Job]:
     """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
-    complete grid at fewer repeats rather than some configurations without any)."""
+    complete grid at fewer repeats rather than some configurations without any). A loader-only grid (model none)
+    measures the data-free rate of the preset for this data and device (`preset_for`) too: each loader's ceiling is
+    then reported as headroom over what that model eats."""
     common = dict(
         data=str(data),
         model=model,
@@ -102,12 +117,18 @@ def expand(
     for r in range(repeats):
         seen = set()
         for bs in batch_sizes:
-            if model != "none":
-                jobs.append(
-                    Job(
-                        kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r, **common
-                    )
+            eater = {} if model != "none" else {"model": preset_for(data, device)}
+            jobs.append(
+                Job(
+                    kind="data_free",
+                    backend=None,
+                    workers=None,
+                    pin_memory=None,
+                    batch_size=bs,
+                    repeat=r,
+                    **(common | eater),
                 )
+            )
             for b, w, p in itertools.product(backends, workers, pin_memory):
                 key = (b, *collapse(b, w, p, device), bs)
                 if key in seen:

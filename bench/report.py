@@ -1,6 +1,7 @@
 """`bench report DIR`: results.md (tables with median and range over repeats, best configuration per backend,
 the profiler cross-check) and one PNG per scenario (model, batch size, device, CPU budget): throughput, starvation
-and CPU cost per 1,000 samples against workers, one colour per backend, pin_memory on solid and off dashed."""
+(for the loader alone: headroom over the preset's data-free rate) and CPU cost per 1,000 samples against workers,
+one colour per backend, pin_memory on solid and off dashed."""
 
 from __future__ import annotations
 
@@ -44,35 +45,49 @@ def _fmt(v, spec: str = ",.0f", none: str = "–") -> str:
     return none if v is None else format(v, spec)
 
 
+def _rate(g: dict) -> str:
+    return f"{_fmt(g['samples_per_s'])} ({_fmt(g['samples_per_s_min'])}–{_fmt(g['samples_per_s_max'])})"
+
+
+def _headroom(g: dict) -> str:
+    return "–" if g.get("headroom") is None else f"{g['headroom']:,.1f}× {g['fed_model']}"
+
+
+# (header, alignment, cell, mode): "loop" only in the training loop, "alone" only for the loader alone (model none),
+# where starvation and the host's lag mean nothing (a trivial consumer never waits on a device) and the answer is the
+# headroom over what the preset eats here
+COLUMNS = [
+    ("backend", "---", lambda g: g["backend"], "both"),
+    ("workers", "--:", lambda g: _fmt(g["workers"], "d", "n/a"), "both"),
+    ("pin", "---", lambda g: {None: "n/a", True: "on", False: "off"}[g["pin_memory"]], "both"),
+    ("samples/s median (range)", "--:", _rate, "both"),
+    ("of data-free", "--:", lambda g: _fmt(g["vs_data_free"], ".1%"), "loop"),
+    ("starvation", "--:", lambda g: _fmt(g["starvation"], ".1%"), "loop"),
+    ("headroom over data-free", "--:", _headroom, "alone"),
+    ("wait p95 ms", "--:", lambda g: _fmt(g["wait_p95_ms"], ".1f"), "both"),
+    ("host behind", "--:", lambda g: _fmt(g["host_behind"], ".0%"), "loop"),
+    ("first batch s", "--:", lambda g: _fmt(g["first_batch_s"], ".2f"), "both"),
+    ("CPU cores", "--:", lambda g: _fmt(g["cpu_cores"], ".1f"), "both"),
+    ("CPU s / 1k samples", "--:", lambda g: _fmt(g["cpu_s_per_1k_samples"], ".2f"), "both"),
+    ("peak mem MiB", "--:", lambda g: _fmt(g["peak_mem_mib"], ",.0f"), "both"),
+    ("GPU util %", "--:", lambda g: _fmt(g["nvml_gpu_util_pct"], ".0f"), "both"),
+    ("power W", "--:", lambda g: _fmt(g["nvml_power_w"], ".0f"), "both"),
+    ("runs", "--:", lambda g: str(g["repeats"]), "both"),
+    ("verdict", "---", lambda g: g["verdict"], "both"),
+]
+
+
+def _columns(alone: bool) -> list[tuple]:
+    return [c for c in COLUMNS if c[3] in ("both", "alone" if alone else "loop")]
+
+
 def _row(g: dict) -> str:
-    rate = f"{_fmt(g['samples_per_s'])} ({_fmt(g['samples_per_s_min'])}–{_fmt(g['samples_per_s_max'])})"
-    pin = {None: "n/a", True: "on", False: "off"}[g["pin_memory"]]
-    cells = [
-        g["backend"],
-        _fmt(g["workers"], "d", "n/a"),
-        pin,
-        rate,
-        _fmt(g["vs_data_free"], ".1%"),
-        _fmt(g["starvation"], ".1%"),
-        _fmt(g["wait_p95_ms"], ".1f"),
-        _fmt(g["host_behind"], ".0%"),
-        _fmt(g["first_batch_s"], ".2f"),
-        _fmt(g["cpu_cores"], ".1f"),
-        _fmt(g["cpu_s_per_1k_samples"], ".2f"),
-        _fmt(g["peak_mem_mib"], ",.0f"),
-        _fmt(g["nvml_gpu_util_pct"], ".0f"),
-        _fmt(g["nvml_power_w"], ".0f"),
-        str(g["repeats"]),
-        g["verdict"],
-    ]
-    return "| " + " | ".join(cells) + " |"
+    return "| " + " | ".join(cell(g) for _, _, cell, _ in _columns(g["model"] == "none")) + " |"
 
 
-HEADER = (
-    "| backend | workers | pin | samples/s median (range) | of data-free | starvation | wait p95 ms | host behind "
-    "| first batch s | CPU cores | CPU s / 1k samples | peak mem MiB | GPU util % | power W | runs | verdict |\n"
-    "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
-)
+def header(alone: bool) -> str:
+    cols = _columns(alone)
+    return "| " + " | ".join(c[0] for c in cols) + " |\n|" + "|".join(c[1] for c in cols) + "|"
 
 
 def write_report(results_dir: Path) -> Path:
@@ -93,17 +108,20 @@ def write_report(results_dir: Path) -> Path:
     for g in groups:
         scenarios[tuple(g[k] for k in SCENARIO)].append(g)
     for key, gs in scenarios.items():
-        free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and tuple(r[k] for k in SCENARIO) == key]
+        free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and _same(r, key, gs[0]["model"])]
         png = plot_scenario(gs, free, results_dir / f"plot-{scenario_slug(gs[0])}.png")
         lines += [f"## {scenario_title(gs[0])}", ""]
         if free:
             rates = sorted(r["samples_per_s"] for r in free)
+            alone = f" of {free[0]['model']}, what each ceiling is set against" if gs[0]["model"] == "none" else ""
             lines += [
-                f"Data-free rate (the model on a batch already on the device): median {_fmt(statistics.median(rates))}"
-                f" samples/s, range {_fmt(min(rates))}–{_fmt(max(rates))} over {len(rates)} runs.",
+                f"Data-free rate{alone} (the model on a batch already on the device): median "
+                f"{_fmt(statistics.median(rates))} samples/s, range {_fmt(min(rates))}–{_fmt(max(rates))} over "
+                f"{len(rates)} runs.",
                 "",
             ]
-        lines += [HEADER, *[_row(g) for g in gs], "", "Best configuration per backend:", "", HEADER]
+        head = header(gs[0]["model"] == "none")
+        lines += [head, *[_row(g) for g in gs], "", "Best configuration per backend:", "", head]
         lines += [*[_row(g) for g in best_per_backend(gs)], "", f"![{scenario_title(gs[0])}]({png.name})", ""]
     lines += _crosscheck_section(rows) + watched
     failed = [r for r in rows if r["error"]]
@@ -114,6 +132,14 @@ def write_report(results_dir: Path) -> Path:
     tmp.write_text("\n".join(lines) + "\n")
     os.replace(tmp, md)
     return md
+
+
+def _same(row: dict, key: tuple, model: str) -> bool:
+    """Is this data-free run the one a scenario's loader runs are set against? For the loader alone (model none),
+    the preset's run beside it: the same scenario but for the model."""
+    if model != "none":
+        return tuple(row[k] for k in SCENARIO) == key
+    return all(row[k] == v for k, v in zip(SCENARIO, key) if k != "model")
 
 
 def _provenance(records: list[dict]) -> list[str]:
@@ -188,9 +214,12 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
     xs = sorted({g["workers"] for g in groups if g["workers"] is not None}) or [0]
+    alone = groups[0]["model"] == "none"  # the loader alone: headroom over the preset's appetite, not starvation
     panels = [
         ("samples_per_s", "samples/s (median of repeats)", "Throughput", 1.0),
-        ("starvation", "time waiting for input (%)", "Starvation", 100.0),
+        ("headroom", "loader ceiling / data-free rate (×)", "Headroom", 1.0)
+        if alone
+        else ("starvation", "time waiting for input (%)", "Starvation", 100.0),
         ("cpu_s_per_1k_samples", "CPU core-seconds per 1,000 samples", "CPU cost", 1.0),
     ]
     lines = defaultdict(list)
@@ -218,9 +247,12 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
         ax.grid(alpha=0.3)
     if free:
         rate = statistics.median(r["samples_per_s"] for r in free)
-        axes[0].axhline(rate, color="black", linestyle=":", label=f"data-free rate ({rate:,.0f}/s)")
-    for level in (5, 20):
+        eater = f"what {free[0]['model']} eats: " if alone else ""
+        axes[0].axhline(rate, color="black", linestyle=":", label=f"{eater}data-free rate ({rate:,.0f}/s)")
+    for level in (1,) if alone else (5, 20):  # below 1x the loader starves the model; 5% and 20%: input-bound
         axes[1].axhline(level, color="gray", linestyle=":", linewidth=1)
+    if alone:
+        axes[1].set_yscale("log")
     axes[0].set_yscale("log")
     axes[0].legend(fontsize=8, loc="best")
     fig.suptitle(scenario_title(groups[0]) + "  (pin_memory: on solid, off dashed)")

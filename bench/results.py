@@ -43,6 +43,8 @@ CSV_COLUMNS = [
     "samples_per_s",
     "data_free_rate",
     "vs_data_free",
+    "headroom",
+    "fed_model",
     "starvation",
     "starvation_source",
     "wait_median_ms",
@@ -109,7 +111,8 @@ def flat(rec: dict) -> dict:
             "trace_starvation": f["crosscheck"]["starvation"],
             "trace_minus_events_pp": f["crosscheck"]["difference_pp"],
         }
-    row |= {k: rec.get(k) for k in ("data_free_rate", "vs_data_free", "data_free_host_behind", "verdict") if k in rec}
+    keys = ("data_free_rate", "vs_data_free", "data_free_host_behind", "headroom", "fed_model", "verdict")
+    row |= {k: rec.get(k) for k in keys if k in rec}
     return row
 
 
@@ -140,12 +143,14 @@ def group(rows: list[dict]) -> list[dict]:
             "nvml_power_w",
             "data_free_rate",
             "vs_data_free",
+            "headroom",
         ):
             vals = [r[k] for r in runs if r.get(k) is not None]
             g[k] = statistics.median(vals) if vals else None
         rates = [r["samples_per_s"] for r in runs]
         g["samples_per_s_min"], g["samples_per_s_max"] = min(rates), max(rates)
         g["grid_id"] = max(r.get("grid_id") or "" for r in runs)
+        g["fed_model"] = runs[0].get("fed_model")
         out.append(g)
     for g in out:
         g["verdict"] = verdict(g, [o for o in out if all(o[k] == g[k] for k in SCENARIO)])
@@ -179,6 +184,10 @@ def verdict(g: dict, peers: list[dict]) -> str:
     s = g["starvation"]
     if g["model"] == "none":
         head = f"loader ceiling {g['samples_per_s']:,.0f} samples/s"
+        if g.get("headroom") is not None:  # what the loader delivers against what the preset eats here
+            h, eater = g["headroom"], g["fed_model"]
+            head += (f": feeds {h:,.1f}× what {eater} eats here" if h >= 1 else
+                     f": {h:.0%} of what {eater} eats here, so it would starve it")  # fmt: skip
     else:
         level = "highly input-bound" if s > HIGHLY else "input-bound" if s > INPUT_BOUND else "not input-bound"
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
@@ -220,13 +229,29 @@ def attach_data_free(records: list[dict]) -> None:
                 free[key].append(rows[id(rec)])
     for rec in records:
         row = rows.get(id(rec))
-        if row and row["kind"] == "loader" and row["model"] != "none":
+        if row and row["kind"] == "loader" and row["model"] == "none":
+            headroom(rec, row, [r for r in rows.values() if r["kind"] == "data_free"])
+        elif row and row["kind"] == "loader":
             paired = next((free[k] for k in keys(rec) if k in free), None)
             if paired:
                 rec["data_free_rate"] = statistics.median(r["samples_per_s"] for r in paired)
                 rec["vs_data_free"] = row["samples_per_s"] / rec["data_free_rate"]
                 behind = [r["host_behind"] for r in paired if r.get("host_behind") is not None]
                 rec["data_free_host_behind"] = statistics.median(behind) if behind else None
+
+
+def headroom(rec: dict, row: dict, free: list[dict]) -> None:
+    """A loader-only run (model none) against the data-free rate measured next to it (same data, device, batch size,
+    cores, precision, compile; the model is the grid's preset for this data and device): `headroom` = its ceiling
+    over what that model eats, `fed_model` names the model. Starvation means nothing without a model, so this is
+    what answers "would it feed the GPU?" in that mode."""
+    rest = [k for k in SCENARIO if k != "model"]
+    same = [r for r in free if all(r[k] == row[k] for k in rest)]
+    near = [r for r in same if (r.get("grid_id") or "") == (row.get("grid_id") or "")] or same
+    if near:
+        rate = statistics.median(r["samples_per_s"] for r in near)
+        rec["headroom"], rec["fed_model"] = row["samples_per_s"] / rate, near[0]["model"]
+        rec["data_free_rate"] = rate
 
 
 def gpu_uuid(rec: dict) -> str | None:

@@ -71,9 +71,8 @@ def consume(loader, job: Job) -> dict:
     """--model none: fetch, one trivial reduction on the device per batch. The loader's ceiling."""
     import torch
 
+    from training.starvation import StepTimer
     from training.stream import EpochStream
-
-    from .starvation import StepTimer
 
     timer, stream = StepTimer(job.device), EpochStream(loader)
     sink = torch.zeros((), device=job.device)
@@ -125,10 +124,11 @@ def measure(job: Job, trace_path: Path) -> dict:
     """Every figure of one configuration: rates and starvation, resources over the measured steps, cross-check."""
     import torch
 
+    from training.starvation import latest_timer
+
     from .crosscheck import ProfiledLoader
     from .env import hardware
     from .monitor import ResourceMonitor
-    from .starvation import latest_timer
 
     cuda = job.device.startswith("cuda")
     with ResourceMonitor(gpu_uuid=hardware(job.device).get("gpu_uuid")) as monitor:  # the GPU the record names

@@ -1,3 +1,5 @@
+"""`python -m dataprep`: the dataprep command line."""
+
 from .cli import main
 
 main()

@@ -1,6 +1,6 @@
 """HDF5 through h5py: each worker process opens `data.h5` lazily on first use (an open h5py handle cannot cross a
 fork, forkserver or spawn boundary) and reads a whole batch per call, sample by sample with plain integer indexing:
-measured here (bench/format_choices.py) that is ~200k samples/s per process, while one fancy-index read of the same
+measured (bench/studies/format_choices.py) that is ~200k samples/s per process, while one fancy-index read of the same
 128 indices goes through HDF5's selection machinery at ~5k/s. No decode: pixels stay uint8 until on the device.
 Knobs: workers -> DataLoader num_workers (persistent across epochs); pin_memory -> pin_memory; prefetch ->
 prefetch_factor; mp_context -> multiprocessing_context."""

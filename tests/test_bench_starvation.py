@@ -11,7 +11,7 @@ import pytest
 
 from bench.crosscheck import ANNOTATION, ProfiledLoader, load_trace, trace_starvation
 from bench.monitor import ResourceMonitor
-from bench.starvation import StepTimer, latest_timer
+from training.starvation import StepTimer, latest_timer
 
 # time.sleep overshoots by up to ~1-2 ms per call on a loaded 2-core machine (other engineers' jobs run beside
 # the tests); with 20 ms fetches and 30 ms steps that moves the ratio by at most ~0.04, so 0.05 absolute.

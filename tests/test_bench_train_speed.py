@@ -1,4 +1,4 @@
-"""bench/train_speed.py on CPU with the tiny model: the record it writes and how it refuses bad arguments."""
+"""bench/studies/train_speed.py on CPU with the tiny model: the record it writes and how it refuses bad arguments."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench import train_speed
+from bench.studies import train_speed
 
 
 def test_cpu_smoke_run_writes_a_complete_record(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The loader speed script (bench/loader_speed.py) on a small synthetic set, CPU only: it runs every contender and
+"""The loader speed study (bench/studies/loader_speed.py) on a small synthetic set, CPU only: it runs every contender
 records where and how it ran."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.loader_speed import CONTENDERS, TARGETS, main
+from bench.studies.loader_speed import CONTENDERS, TARGETS, main
 from dataprep.convert import ConvertConfig, convert
 
 

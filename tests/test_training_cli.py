@@ -33,11 +33,20 @@ def test_help_is_instant(runner):
 
 
 def test_short_run_prints_summary(runner, cifar_small, tmp_path):
-    """A 3-step run exits 0 and prints a JSON summary with the steps and the backend used."""
+    """A 3-step run exits 0 and says how it went in a few lines (rate, starvation, loss, loader, where things went);
+    the full record is RUN_DIR/summary.json, and --json prints it instead."""
     result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "3"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.stdout[result.stdout.index("{") :])
-    assert summary["steps"] == 3 and summary["backend"] == "gpu" and summary["samples_per_s"] > 0
+    text = result.stdout
+    assert text.startswith("trained tiny for 3 steps on cpu") and "samples/s, starvation " in text and "loss " in text
+    assert "loader: gpu" in text and "chosen with --loader" in text and "metrics.jsonl" in text and "{" not in text
+    saved = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert saved["steps"] == 3 and saved["backend"] == "gpu" and saved["samples_per_s"] > 0 and "losses" not in saved
+    assert saved["files"]["metrics"] == str(tmp_path / "run" / "metrics.jsonl")
+    result = runner.invoke(train, base_args(cifar_small, tmp_path / "run2") + ["--steps", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert printed == json.loads((tmp_path / "run2" / "summary.json").read_text()) and printed["steps"] == 2
 
 
 def test_missing_manifest_is_bad_parameter(runner, tmp_path):
@@ -90,9 +99,9 @@ def _audio(tmp_path, name: str, **convert_options):
 def test_audio_trains_with_the_data_s_channels(runner, tmp_path):
     """Stereo log-mels: the model takes as many channels as the clips have (the presets say 3 or 1)."""
     data = _audio(tmp_path, "stereo", channels=2)
-    result = runner.invoke(train, base_args(data, tmp_path / "run") + ["--steps", "2"])
+    result = runner.invoke(train, base_args(data, tmp_path / "run") + ["--steps", "2", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout[result.stdout.index("{") :])["steps"] == 2
+    assert json.loads(result.stdout)["steps"] == 2
 
 
 def test_audio_frames_the_unet_cannot_halve_are_a_clear_error(runner, tmp_path):

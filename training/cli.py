@@ -1,8 +1,11 @@
-"""`train`: parse the options into a TrainConfig and call training.loop.main. Under torchrun every rank runs it."""
+"""`train`: parse the options into a TrainConfig, call training.loop.main, say how it went (training.summary).
+Under torchrun every rank runs it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -67,6 +70,8 @@ def _d(name: str):
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/ckpt.pt (an error if it is missing).")
 @click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
 @click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
+@click.option("--sample-count", type=click.IntRange(min=1), default=_d("sample_count"), help="Images per grid.")
+@click.option("--sample-steps", type=click.IntRange(min=1), default=_d("sample_steps"), help="DDIM steps per grid.")
 @click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints.")
 @click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every"))
 @click.option(
@@ -77,8 +82,10 @@ def _d(name: str):
 )
 @click.option("--seed", type=int, default=_d("seed"))
 @click.option("--device", default=None, help="cuda or cpu [default: cuda when present].")
+@click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
-def train(no_progress: bool, device: str | None, **options) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")
+def train(no_progress: bool, device: str | None, as_json: bool, **options) -> None:
     """Train a DDPM UNet on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
@@ -91,6 +98,9 @@ def train(no_progress: bool, device: str | None, **options) -> None:
         raise click.BadParameter(
             f"{options['data']}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data"
         )
+    if options["tensorboard"] and importlib.util.find_spec("tensorboard") is None:
+        raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
+                                 param_hint="--tensorboard")  # fmt: skip
     extra = {"device": device} if device else {}
     cfg = TrainConfig(**options, progress=not no_progress, **extra)
     summary = _run(cfg)
@@ -98,8 +108,12 @@ def train(no_progress: bool, device: str | None, **options) -> None:
         saved = f"checkpoint in {cfg.out}; continue with --resume" if cfg.ckpt_every else "not saved (--ckpt-every 0)"
         click.echo(f"stopped by {summary.stopped_by} at step {summary.start_step + summary.steps}; {saved}", err=True)
         sys.exit(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
-    brief = {k: v for k, v in summary.to_dict().items() if k not in ("losses", "config")}
-    click.echo(json.dumps(brief, indent=1))
+    from .summary import lines, record, write
+
+    rec = record(summary.to_dict(), cfg.out)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 speaks for the run
+        write(cfg.out, rec)
+        click.echo(json.dumps(rec, indent=1, default=str) if as_json else "\n".join(lines(rec)))
 
 
 def _run(cfg: TrainConfig):

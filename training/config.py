@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest" asks bench.fastest.choose
+LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest": `bench fastest` picks (training.stream)
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny")  # keys of training.model.MODEL_PRESETS (a test checks)
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -52,6 +52,7 @@ class TrainConfig:
     device: str = field(default_factory=_default_device)  # cuda when present; under torchrun cuda:LOCAL_RANK
     timing_warmup: int = 20  # steps left out of the timing figures: compilation, cuDNN autotune, worker start-up
     progress: bool = True  # tqdm bar on rank 0; tests turn it off
+    tensorboard: bool = False  # also write the logged scalars and sample grids to RUN_DIR/tensorboard (optional extra)
 
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)

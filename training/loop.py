@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from bench.starvation import StepTimer
 from loaders.base import worker_errors
 
 from . import ddp
@@ -32,6 +31,7 @@ from .checkpoint import (
 )
 from .config import TrainConfig
 from .metrics import MetricsLog
+from .starvation import StepTimer
 from .stream import EpochStream, check_fits, choose_loader, data_kind, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -55,6 +55,7 @@ class RunSummary:
     param_checksum: float  # sum of every state_dict entry: equal on all ranks when DDP kept them in step
     stopped_by: str | None  # "SIGTERM"/"SIGINT" when a signal ended the run (after checkpointing)
     config: dict = field(default_factory=dict)
+    loader: dict = field(default_factory=dict)  # backend, workers, pin_memory and why (`--loader fastest` says)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -235,6 +236,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         param_checksum=sum(v.double().sum().item() for v in model.state_dict().values()),
         stopped_by=stop.received,
         config=train_dict,
+        loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},
         **figures,
     )
 

@@ -1,4 +1,5 @@
-"""What the loop reports: a tqdm bar every step, a log line and a metrics.jsonl record every `log_every` steps.
+"""What the loop reports: a tqdm bar every step, a log line and a metrics.jsonl record every `log_every` steps (and,
+with `tensorboard`, the same scalars and every sample grid as TensorBoard events).
 
 Window figures come from `StepTimer.summary` over the window's steps (CUDA events on GPU), so images/s and
 TFLOP/s include the time the device waited for data. Reading them syncs the device once per window."""
@@ -12,6 +13,17 @@ import torch
 
 from . import ddp
 from .config import TrainConfig
+
+# metrics.jsonl keys -> TensorBoard tags ("host wait": the median time the host blocked on the next batch)
+BOARD_TAGS = {
+    "loss": "train/loss",
+    "images_per_s": "speed/images_per_s",
+    "starvation": "speed/starvation",
+    "wait_median_ms": "speed/host_wait_ms",
+    "tflops": "speed/tflops",
+    "mfu": "speed/mfu",
+    "memory_gib": "device/memory_gib",
+}
 
 
 class MetricsLog:
@@ -39,6 +51,11 @@ class MetricsLog:
             self.file = open(cfg.out / "metrics.jsonl", "a")  # appended to across resumes
             peak = f"{self.peak:.0f} TFLOP/s ({self.peak_name})" if self.peak else "unknown for this device"
             self.write(f"data: {backend} ({reason}); MFU peak: {peak}")
+        self.board = None
+        if info.main and cfg.tensorboard:  # the ecosystem's viewer: `tensorboard --logdir RUN_DIR/tensorboard`
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.board = SummaryWriter(str(cfg.out / "tensorboard"), purge_step=start_step + 1 if start_step else None)
 
     def write(self, line: str) -> None:
         if self.info.main:
@@ -66,6 +83,10 @@ class MetricsLog:
             return
         self.file.write(json.dumps(rec) + "\n")
         self.file.flush()
+        if self.board is not None:
+            for key, tag in BOARD_TAGS.items():
+                if key in rec:
+                    self.board.add_scalar(tag, rec[key], step)
         if width >= 2:
             self.write(
                 f"step {step}: loss {loss:.4f}, {rec['images_per_s']:.0f} img/s, wait {rec['wait_median_ms']:.1f} ms, "
@@ -90,6 +111,11 @@ class MetricsLog:
         path = self.cfg.out / "samples" / f"step{step:07d}.png"
         write_samples(ema_model, diffusion, shape, self.cfg.sample_steps, self.device, self.cfg.seed, path, kind)
         self.write(f"step {step}: samples -> {path}")
+        if self.board is not None:  # the grid exactly as written, read back from its PNG
+            import numpy as np
+            from PIL import Image
+
+            self.board.add_image("samples", np.asarray(Image.open(path).convert("RGB")), step, dataformats="HWC")
 
     def final(self, timer, flops: float | None) -> dict:
         """Timing figures over the measured steps, merged across ranks (sum of rates, worst starvation)."""
@@ -113,5 +139,7 @@ class MetricsLog:
 
     def close(self) -> None:
         self.bar.close()
+        if self.board is not None:
+            self.board.close()
         if self.file is not None:
             self.file.close()

@@ -76,14 +76,28 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     picked = [None]
     if info.main:
-        from bench.fastest import choose
-
-        c = choose(cfg.data, device=device, model=model, batch_size=cfg.batch_size, precision=cfg.precision,
-                   compile=cfg.compile)  # fmt: skip
-        picked = [LoaderChoice(c.backend, c.workers, c.pin_memory, c.reason)]
+        picked = [ask_bench(cfg, model, device)]
     if info.enabled:
         torch.distributed.broadcast_object_list(picked, src=0)
     return picked[0]
+
+
+def ask_bench(cfg: TrainConfig, model: str, device: str) -> LoaderChoice:
+    """`bench fastest --json` in a child process, as a user would run it: bench runs training loops to measure
+    loaders, so training talks to bench through its command line, never by importing it (no import cycle). The
+    child's progress (a short bench when there are no results) goes to this process's stderr."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bench", "fastest", "--json", "--data", str(cfg.data), "--model", model,
+           "--batch-size", str(cfg.batch_size), "--device", device, "--precision", cfg.precision,
+           "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
+                        f"with a backend name to train without it")  # fmt: skip
+    c = json.loads(out.stdout.strip().splitlines()[-1])
+    return LoaderChoice(c["backend"], c["workers"], c["pin_memory"], c["reason"])
 
 
 def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist):

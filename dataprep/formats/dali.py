@@ -11,7 +11,7 @@ The reader returns flat 1-D tensors of the declared dtype: reshape to manifest["
 the pixels are already decoded, so DALI's work is reading, flipping and normalizing. Index files are in DALI's
 wds2idx "v1.2" format (one line per sample: `ext offset size name` per component).
 
-Why this layout, measured with `python -m bench.format_choices` (bench/results/format_choices.json; CPU pipeline,
+Why this layout, measured by `python -m bench.studies.format_choices` (bench/results/format_choices.json; CPU pipeline,
 2 threads, batch 128, 10,000 CIFAR-10 images, page cache warm): webdataset shards of raw pixels 169k samples/s,
 one `.npy` per sample through fn.readers.numpy 57k/s (a file open per sample), one PNG per sample through
 fn.readers.file + fn.decoders.image 18k/s (a decode per sample). Raw shards are 3x the next best.

@@ -2,7 +2,7 @@
 int64; attributes `classes`, `kind` and (audio) `sample_rate`. Uncompressed: the loaders read random samples every
 step, and decompression would cost more CPU than the bytes it saves.
 
-Chunking, measured with `python -m bench.format_choices` (bench/results/format_choices.json; 10,000 CIFAR-10
+Chunking, measured with `python -m bench.studies.format_choices` (bench/results/format_choices.json; 10,000 CIFAR-10
 images, 2-core dev machine, page cache warm, random batches of 128 read sample by sample as the loader does):
 1 sample/chunk 154k samples/s, 16: 187k, 64: 199k, 256: 202k. The read method matters 40x more than the chunk: one
 sorted fancy-index read of the same batch runs at 4-5k samples/s whatever the chunking. We take 16 (48 KiB chunks):

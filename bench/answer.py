@@ -1,0 +1,88 @@
+"""What `bench loaders` says when it is done: the answer in a few lines for people, the full record for scripts.
+
+Per scenario (model, batch size, device, cores, precision, compile): what was measured and against what (the
+model's data-free rate, or for the loader alone the preset's), the configuration `train --loader fastest` would take
+and why, and the worst one, so the spread between them is the answer to "does my GPU starve, and what fixes it?".
+The record (every configuration with its figures and verdict) goes to RESULTS_DIR/summary.json; `--json` prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from .report import scenario_slug, scenario_title
+from .results import SCENARIO, flat, load_records
+
+
+def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
+    """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
+    from .fastest import pick
+
+    results_dir = Path(results_dir)
+    rows = [flat(r) for r in load_records(results_dir)]
+    by = defaultdict(list)
+    for g in groups:
+        by[tuple(g[k] for k in SCENARIO)].append(g)
+    lines, scenarios = [], []
+    for gs in by.values():
+        first, alone = gs[0], gs[0]["model"] == "none"
+        free = [r["samples_per_s"] for r in rows if r["kind"] == "data_free" and not r["error"] and _paired(r, first)]
+        rate = statistics.median(free) if free else None
+        if alone:  # `train --loader fastest` reads runs in the training loop only: here the highest ceiling
+            win, top = max(gs, key=lambda g: g["samples_per_s"]), "highest ceiling"
+            why = win["verdict"]
+        else:
+            (win, why), top = pick(gs), "train --loader fastest takes"
+        worst = min(gs, key=lambda g: g["samples_per_s"])
+        lines += [f"{scenario_title(first)}: {_what(gs, rate, alone)}",
+                  f"  {top}: {_label(win)}: {why}",
+                  f"  slowest: {_label(worst)}: {worst['verdict']}"]  # fmt: skip
+        plot = results_dir / f"plot-{scenario_slug(first)}.png"
+        scenarios.append({"title": scenario_title(first), "data_free_rate": rate, "fed_model": first.get("fed_model"),
+                          "best": {"configuration": _label(win), "reason": why, **_knobs(win)},
+                          "plot": str(plot) if plot.exists() else None, "configurations": gs})  # fmt: skip
+    where = f"table {results_dir / 'results.md'}, plots {results_dir}/plot-*.png, every run's JSON in {results_dir}"
+    lines.append(f"{where}; this summary in full: {results_dir / 'summary.json'} (or --json)")
+    if failed:
+        lines.append(f"failed: {', '.join(failed)} (their errors are in their JSON and grid.log)")
+    record = {"results_dir": str(results_dir), "report": str(results_dir / "results.md"),
+              "csv": str(results_dir / "results.csv"), "scenarios": scenarios, "failed": failed}  # fmt: skip
+    return lines, record
+
+
+def _paired(row: dict, g: dict) -> bool:
+    """The data-free runs a scenario is set against: its own, or for the loader alone the preset's beside it."""
+    return all(row[k] == g[k] for k in SCENARIO if k != "model" or g["model"] != "none")
+
+
+def _what(gs: list[dict], rate: float | None, alone: bool) -> str:
+    backends = len({g["backend"] for g in gs})
+    n = f"{len(gs)} configurations of {backends} backend{'s' * (backends > 1)}"
+    if alone:
+        eater = gs[0].get("fed_model") or "the preset"
+        against = f"; {eater} alone eats {rate:,.0f} samples/s here" if rate else ""
+        return f"{n}, the loader alone (its ceiling){against}"
+    against = f" (the model alone, data-free: {rate:,.0f} samples/s)" if rate else ""
+    return f"{n} in the training loop{against}"
+
+
+def _label(g: dict) -> str:
+    w = "" if g["workers"] is None else f", {g['workers']} workers"
+    pin = "" if g["pin_memory"] is None else f", pin_memory {'on' if g['pin_memory'] else 'off'}"
+    return f"{g['backend']}{w}{pin}"
+
+
+def _knobs(g: dict) -> dict:
+    return {"backend": g["backend"], "workers": g["workers"], "pin_memory": g["pin_memory"]}
+
+
+def write_summary(results_dir: Path, record: dict) -> Path:
+    path = Path(results_dir) / "summary.json"
+    tmp = path.with_name(f".summary.json.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,46 @@
+"""The closing lines of `make demo`: what was measured, which loader `train --loader fastest` took and why, how
+the run went, and where the plot, the table, the samples and the metrics are, read from the two summary.json files
+(`bench loaders` writes one in its results directory, `train` one in its run directory).
+
+    python -m bench.demo RESULTS_DIR RUN_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def lines(results_dir: Path, run_dir: Path) -> list[str]:
+    bench = json.loads((Path(results_dir) / "summary.json").read_text())
+    run = json.loads((Path(run_dir) / "summary.json").read_text())
+    out = []
+    for sc in bench["scenarios"]:
+        rate = f", the model alone {sc['data_free_rate']:,.0f} samples/s" if sc.get("data_free_rate") else ""
+        out.append(f"measured: {len(sc['configurations'])} loader configurations in the training loop of "
+                   f"{sc['title']}{rate}")  # fmt: skip
+    loader, s = run.get("loader", {}), run.get("starvation") or {}
+    workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
+    out.append(f"chosen: {run['backend']}{workers}, because {loader.get('reason', '?')}")
+    starved = f", starvation {s['starvation']:.1%}" if "starvation" in s else ""
+    out.append(f"trained: {run['steps']} steps at {run['samples_per_s']:,.0f} samples/s{starved}, loss "
+               f"{run.get('first_loss') or run['final_loss']:.4f} -> {run['final_loss']:.4f}")  # fmt: skip
+    plots = ", ".join(sc["plot"] for sc in bench["scenarios"] if sc.get("plot"))
+    files = run.get("files", {})
+    out += [f"plot: {plots}", f"table: {bench['report']}",
+            f"samples: {files.get('samples', 'none (sampling off)')}", f"metrics: {files.get('metrics')}"]  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m bench.demo RESULTS_DIR RUN_DIR", file=sys.stderr)
+        return 2
+    print("\n".join(lines(Path(args[0]), Path(args[1]))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

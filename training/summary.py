@@ -1,0 +1,61 @@
+"""What a finished run says: a few lines for people (rate, starvation, loss, the loader and why, where things went)
+and the full record for scripts, RUN_DIR/summary.json (`train --json` prints it). The per-step losses stay out of
+the record (800,000 floats on a full run); metrics.jsonl holds the loss of every logged window."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+SUMMARY_NAME = "summary.json"
+
+
+def record(summary: dict, run_dir: Path) -> dict:
+    """The run's summary (RunSummary.to_dict()) without its per-step losses, with the files it left."""
+    run_dir = Path(run_dir)
+    samples = sorted((run_dir / "samples").glob("step*.png"))
+    files = {
+        "summary": run_dir / SUMMARY_NAME,
+        "metrics": run_dir / "metrics.jsonl",
+        "samples": samples[-1] if samples else None,
+        "checkpoint": run_dir / "ckpt.pt",
+        "tensorboard": run_dir / "tensorboard",
+        "profile": run_dir / "profile",
+    }
+    kept = {k: str(v) for k, v in files.items() if v is not None and (k == "summary" or Path(v).exists())}
+    losses = summary.get("losses") or []
+    return {k: v for k, v in summary.items() if k != "losses"} | {"first_loss": losses[0] if losses else None,
+                                                                 "files": kept}  # fmt: skip
+
+
+def write(run_dir: Path, rec: dict) -> Path:
+    path = Path(run_dir) / SUMMARY_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{SUMMARY_NAME}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(rec, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def lines(rec: dict) -> list[str]:
+    """The run in a few lines."""
+    cfg, loader = rec.get("config", {}), rec.get("loader", {})
+    device = cfg.get("device", "?")
+    s = rec.get("starvation") or {}
+    waiting = "the GPU idle waiting for data" if str(device).startswith("cuda") else "training blocked on data"
+    starved = f"starvation {s['starvation']:.1%} ({waiting})" if "starvation" in s else "too few steps to time"
+    loss = f"loss {rec['final_loss']:.4f}" + (f" (first step {rec['first_loss']:.4f})" if rec.get("first_loss") else "")
+    workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
+    out = [
+        f"trained {cfg.get('model')} for {rec['steps']} steps on {device} in {rec['wall_s']:.0f} s: "
+        f"{rec['samples_per_s']:,.0f} samples/s, {starved}, {loss}",
+        f"loader: {rec['backend']}{workers}: {loader.get('reason', 'given to the loop')}",
+    ]
+    if str(device).startswith("cuda"):  # on CPU the FLOP rate and device memory say nothing about feeding a GPU
+        mfu = f", MFU {rec['mfu']:.0%}" if rec.get("mfu") else ""
+        out.append(f"compute: {rec['tflops']:.1f} TFLOP/s{mfu}, peak memory {rec['peak_memory_gib']:.2f} GiB")
+    files = rec.get("files", {})
+    where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
+    out.append(f"{where}; the full record: {files.get('summary')} (or --json)")
+    return out
