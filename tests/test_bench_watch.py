@@ -126,11 +126,11 @@ def _trainer(data: Path, run: Path, loader: str, steps: int, *extra: str, warmup
     return [PY, "-m", "training", "--data", str(data), "--loader", loader, "--workers", "0", "--model", "ddpm_cifar10",
             "--batch-size", "128", "--steps", str(steps), "--timing-warmup", str(warmup), "--precision", "bf16",
             "--device", "cuda", "--no-progress", "--out", str(run), "--ckpt-every", "0", "--sample-every", "0",
-            "--log-every", "100000", *extra]  # fmt: skip
+            "--log-every", "100000", "--json", *extra]  # fmt: skip
 
 
 def _trainer_summary(stdout: str) -> dict:
-    """The trainer's own RunSummary, the JSON it prints on stdout (bench watch's lines follow it)."""
+    """The trainer's own record, the JSON `--json` prints on stdout (bench watch's lines follow it)."""
     return json.JSONDecoder().raw_decode(stdout[stdout.index("{") :])[0]
 
 
