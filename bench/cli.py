@@ -50,18 +50,21 @@ def parse_pins(value: str) -> tuple[bool, ...]:
     return tuple(dict.fromkeys(PINS[p] for p in items))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-def cli() -> None:
-    """Measure GPU starvation per loader configuration in the real training loop, and report it."""
-
-
-@cli.command()
-@click.option(
+DATA = click.option(
     "--data",
     required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A directory written by `dataprep convert`.",
 )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+def cli() -> None:
+    """Measure GPU starvation: per loader configuration in the real training loop, or in any program, unchanged."""
+
+
+@cli.command()
+@DATA
 @click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends.")
 @click.option("--workers", default="0,4,8", help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali).")
 @click.option("--pin-memory", "pins", default="on,off", help="on, off or on,off (CUDA only; torch and hdf5).")
@@ -244,12 +247,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
 
 
 @cli.command()
-@click.option(
-    "--data",
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A directory written by `dataprep convert`.",
-)
+@DATA
 @click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
