@@ -118,17 +118,9 @@ def expand(
         seen = set()
         for bs in batch_sizes:
             eater = {} if model != "none" else {"model": preset_for(data, device)}
-            jobs.append(
-                Job(
-                    kind="data_free",
-                    backend=None,
-                    workers=None,
-                    pin_memory=None,
-                    batch_size=bs,
-                    repeat=r,
-                    **(common | eater),
-                )
-            )
+            free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r,
+                       **(common | eater))  # fmt: skip
+            at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
                 key = (b, *collapse(b, w, p, device), bs)
                 if key in seen:
@@ -137,6 +129,9 @@ def expand(
                 jobs.append(
                     Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], batch_size=bs, repeat=r, **common)
                 )
+            # the model's own rate first; the preset's beside the loader alone last (its steps cost far more than a
+            # loader's, so a time limit or Ctrl-C takes it rather than the loaders asked for)
+            jobs.insert(len(jobs) if model == "none" else at, free)
     if crosscheck and device.startswith("cuda"):  # one profiled copy of each configuration, after the timed ones
         jobs += [Job.from_dict(j.to_dict() | {"crosscheck": True}) for j in jobs if j.repeat == 0 and j.backend]
     return jobs

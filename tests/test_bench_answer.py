@@ -52,6 +52,14 @@ def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_
     assert again.exit_code == 0, again.output
     printed = json.loads(again.stdout)
     assert printed["scenarios"][0]["best"] == record["scenarios"][0]["best"]
+    # `bench fastest --json`, what `train --loader fastest` asks: the same configuration from the same results
+    asked = CliRunner().invoke(cli, ["fastest", "--data", str(image_data), "--model", "tiny", "--batch-size", "16",
+                                     "--device", "cpu", "--precision", "fp32", "--results", str(out),
+                                     "--json"])  # fmt: skip
+    assert asked.exit_code == 0, asked.output
+    choice, best = json.loads(asked.stdout), record["scenarios"][0]["best"]
+    assert (choice["backend"], choice["workers"] or None) == (best["backend"], best["workers"] or None)
+    assert "from bench results in" in choice["reason"]
 
 
 def test_the_loader_alone_shows_headroom_not_starvation():

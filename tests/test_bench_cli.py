@@ -75,7 +75,7 @@ def test_report_on_a_directory_without_results(runner, tmp_path):
 
 
 def test_help_is_instant_and_lists_the_options():
-    """`bench loaders --help` imports neither torch nor a loader library, and lists every option of the issue."""
+    """`bench loaders --help` imports neither torch nor a loader library, and lists every option."""
     t0 = time.perf_counter()
     out = subprocess.run(
         [
