@@ -129,7 +129,7 @@ class Probe:
 
     def run(self, resident) -> Iterator:
         """The steps, in order: data-free, ceilings between steps, confirmations, data-free again."""
-        from .starvation import latest_timer
+        from training.starvation import latest_timer
 
         self.timer = latest_timer()  # the loop's own, created just before its first fetch
         forever = iter(lambda: resident, None)

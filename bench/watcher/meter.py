@@ -1,4 +1,4 @@
-"""One watched loader's steps, measured the way gpufeed's own loop measures them (bench/starvation.py).
+"""One watched loader's steps, measured the way gpufeed's own loop measures them (training/starvation.py).
 
 A step is the time between two batch requests of the loader. At each request the meter records a CUDA event on the
 current stream (R) and, once the batch is in the program's hands, another (D). Both execute on the stream in order,
