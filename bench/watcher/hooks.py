@@ -250,8 +250,3 @@ def install() -> None:
     for name, patch in TARGETS.items():
         if name in sys.modules:
             patch(sys.modules[name])
-
-
-def child_process() -> bool:
-    """True in a process forked from a watched one (a DataLoader worker): it must neither measure nor write."""
-    return STATE.pid is not None and STATE.pid != os.getpid()
