@@ -213,6 +213,8 @@ def report(results_dir: Path) -> None:
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs of each mode (their spread is reported).")
 @click.option("--replay-batches", type=click.IntRange(min=1), default=8, help="Distinct batches the replay cycles.")
 @click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin the program to N cores [default: all].")
+@click.option("--tensorboard", is_flag=True, help="The progress line's figures as TensorBoard scalars in "
+              "OUT/tensorboard/ (every --every steps).")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print watch.json instead of the summary.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(command, out, cpus, as_json, **options) -> None:
@@ -237,6 +239,8 @@ def watch(command, out, cpus, as_json, **options) -> None:
     if cpus and cpus > allowed:
         raise click.BadParameter(f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer",
                                  param_hint="--cpus")  # fmt: skip
+    if options["tensorboard"] and not options["every"]:
+        raise click.BadParameter("scalars are written with the progress line: give --every N > 0", param_hint="--every")
     if shutil.which(command[0]) is None:  # also refuses a path to a file that is not executable
         hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
         raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")

@@ -260,6 +260,23 @@ def test_known_share_is_measured(tmp_path):
     assert "input-bound" in w["verdict"] and f"starvation {w['starvation']:.1%}" in proc.stdout
 
 
+def test_tensorboard_scalars_follow_the_progress_line(tmp_path):
+    """--tensorboard writes the progress line's figures as scalars under train --tensorboard's tags, read back from
+    the event files: one point per --every steps, starvation near the known share."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    prog = _program(tmp_path, KNOWN)
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--warmup", "3", "--every", "10",
+                        "--tensorboard")  # fmt: skip
+    assert proc.returncode == 0, _explain(proc)
+    board = EventAccumulator(str(tmp_path / "w" / "tensorboard" / "real-r0"))
+    board.Reload()
+    starved = board.Scalars("speed/starvation")
+    assert [e.step for e in starved] == [10, 20]
+    assert all(e.value == pytest.approx(W / (W + C), abs=0.05) for e in starved)
+    assert [e.step for e in board.Scalars("speed/images_per_s")] == [10, 20]
+
+
 @pytest.mark.slow
 def test_torchrun_ranks_are_measured_and_merged(tmp_path):
     """The same program under torchrun with 2 gloo ranks (an all_reduce per step): two ranks, figures for each, the
@@ -574,6 +591,7 @@ def test_cli_argument_errors(tmp_path, monkeypatch):
     (tmp_path / "train.py").write_text("print('never run')\n")
     assert "bench watch -- python train.py" in refused("--", "train.py")
     assert "python ./train.py" in refused("--", "./train.py")
+    assert "give --every N > 0" in refused("--tensorboard", "--every", "0", "--", PY, "-c", "1")
     assert "Missing argument" in refused()
     assert not (tmp_path / "w").exists()  # nothing ran, nothing written
 

@@ -33,6 +33,7 @@ class WatchConfig:
     repeats: int = 1  # runs of each mode: ratios mean something only beside their spread
     replay_batches: int = 8
     cpus: int | None = None  # pin the program to this many cores (None: all it may use)
+    tensorboard: bool = False  # the progress line's figures as TensorBoard scalars, OUT/tensorboard/<run>
 
 
 def modes(cfg: WatchConfig) -> list[str]:
@@ -48,9 +49,10 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     runs, code = [], 0
     for r in range(cfg.repeats):
         for mode in modes(cfg):
+            board = str(cfg.out / "tensorboard" / f"{mode}-r{r}") if cfg.tensorboard else None
             settings = Settings(out=str(runs_dir / f"{mode}-r{r}"), warmup=cfg.warmup, every=cfg.every,
                                 loader_name=cfg.loader_name, data_free=mode == "data-free",
-                                replay_batches=cfg.replay_batches)  # fmt: skip
+                                replay_batches=cfg.replay_batches, tensorboard=board)  # fmt: skip
             echo(f"bench watch: {mode} run {r + 1} of {cfg.repeats}: {' '.join(cfg.command)}")
             run = run_program(cfg.command, settings, cfg.cpus)
             runs.append(run | {"repeat": r})

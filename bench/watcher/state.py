@@ -26,6 +26,7 @@ class Settings:
     loader_name: str | None = None  # substring of the loader label to measure (default: the most consumed)
     data_free: bool = False  # replay the first batches instead of loading
     replay_batches: int = 8  # how many distinct batches the replay cycles through
+    tensorboard: str | None = None  # event files here: the live line's figures as scalars (rank 0)
 
 
 def _settings_from_env() -> Settings:
@@ -126,8 +127,31 @@ def _print_line(meter: StepMeter, every: int) -> None:
     from .verdict import live_line
 
     recent = meter.figures(last=every)  # the last `every` steps: the line shows the present, not the average
-    if recent is not None:
-        print(live_line(meter.requests, recent), file=sys.stderr, flush=True)
+    if recent is None:
+        return
+    print(live_line(meter.requests, recent), file=sys.stderr, flush=True)
+    if STATE.settings.tensorboard:
+        _board_scalars(meter.requests, recent)
+
+
+_BOARD: list = []  # the SummaryWriter, made on first use
+
+
+def _board_scalars(step: int, f: dict) -> None:
+    """The same tags as `train --tensorboard`, so a watched program and gpufeed's loop draw on one chart."""
+    from training.metrics import BOARD_TAGS
+
+    if not _BOARD:
+        from torch.utils.tensorboard import SummaryWriter
+
+        _BOARD.append(SummaryWriter(STATE.settings.tensorboard))
+        atexit.register(_BOARD[0].close)
+    values = {"images_per_s": f["samples_per_s"], "starvation": f["starvation"], "wait_median_ms": f["wait_median_ms"]}
+    for key, value in values.items():
+        _BOARD[0].add_scalar(BOARD_TAGS[key], value, step)
+    if f["host_behind"] is not None:
+        _BOARD[0].add_scalar("speed/host_behind", f["host_behind"], step)
+    _BOARD[0].flush()
 
 
 def _chain_excepthook() -> None:
