@@ -45,7 +45,8 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     from bench.env import run_record
 
     runs_dir = cfg.out / "runs"
-    shutil.rmtree(runs_dir, ignore_errors=True)  # figures of an earlier watch must not pass for this one's
+    for old in (runs_dir, cfg.out / "tensorboard"):  # figures of an earlier watch must not pass for this one's
+        shutil.rmtree(old, ignore_errors=True)
     runs, code = [], 0
     for r in range(cfg.repeats):
         for mode in modes(cfg):
@@ -59,9 +60,8 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
             code = run["exit_code"]
             if code != 0 or run["interrupted"]:
                 break
-        else:
-            continue
-        break
+        if code != 0 or runs[-1]["interrupted"]:
+            break
     summary = summarise(cfg, runs) | {"kind": "watch", "exit_code": code, "run": run_record()}
     summary["run"]["hardware"] |= next((x["where"] for x in runs if x["where"]), {})
     cfg.out.mkdir(parents=True, exist_ok=True)
