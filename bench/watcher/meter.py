@@ -26,6 +26,8 @@ from collections import deque
 
 
 def percentile(values, q: float) -> float:
+    """As training/starvation.py computes it. Not imported from there: this module loads inside the watched program,
+    where a top-level `training` may be the program's own package."""
     if not values:
         return 0.0
     ordered = sorted(values)

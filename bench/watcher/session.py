@@ -6,13 +6,12 @@ loop fed while its loader workers slow every step by competing with the host tha
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..run_one import write_json_atomic
 from .launch import run_program
 from .state import Settings
 from .verdict import verdict
@@ -65,9 +64,7 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     summary = summarise(cfg, runs) | {"kind": "watch", "exit_code": code, "run": run_record()}
     summary["run"]["hardware"] |= next((x["where"] for x in runs if x["where"]), {})
     cfg.out.mkdir(parents=True, exist_ok=True)
-    tmp = cfg.out / f".watch.json.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    os.replace(tmp, cfg.out / "watch.json")
+    write_json_atomic(cfg.out / "watch.json", summary)
     return code, summary
 
 
