@@ -138,17 +138,17 @@ _BOARD: list = []  # the SummaryWriter, made on first use
 
 
 def _board_scalars(step: int, f: dict) -> None:
-    """The same tags as `train --tensorboard`, so a watched program and gpufeed's loop draw on one chart."""
-    from training.metrics import BOARD_TAGS
-
+    """The same tags as `train --tensorboard` (training/metrics.py BOARD_TAGS), so a watched program and gpufeed's
+    loop draw on one chart; not imported from there, since a top-level `training` here may be the program's own."""
     if not _BOARD:
         from torch.utils.tensorboard import SummaryWriter
 
         _BOARD.append(SummaryWriter(STATE.settings.tensorboard))
         atexit.register(_BOARD[0].close)
-    values = {"images_per_s": f["samples_per_s"], "starvation": f["starvation"], "wait_median_ms": f["wait_median_ms"]}
-    for key, value in values.items():
-        _BOARD[0].add_scalar(BOARD_TAGS[key], value, step)
+    values = {"speed/images_per_s": f["samples_per_s"], "speed/starvation": f["starvation"],
+              "speed/host_wait_ms": f["wait_median_ms"]}  # fmt: skip
+    for tag, value in values.items():
+        _BOARD[0].add_scalar(tag, value, step)
     if f["host_behind"] is not None:
         _BOARD[0].add_scalar("speed/host_behind", f["host_behind"], step)
     _BOARD[0].flush()
