@@ -6,7 +6,12 @@
 #   bash bench/studies/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
 #   bash bench/studies/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/ (its missing runs)
 #   bash bench/studies/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
-#   bash bench/studies/plan_gpu.sh f2 f3       # tiny b512 --cpus 4; spoken-digit audio, ddpm_audio_mel b128 --cpus 4
+#   bash bench/studies/plan_gpu.sh f2 f3 f3eager  # tiny b512 --cpus 4 compiled; spoken-digit audio, ddpm_audio_mel b128
+#                                              # --cpus 4 compiled; the audio model's data-free rate eager, beside it
+#   bash bench/studies/plan_gpu.sh conv        # dataprep convert of the 50,000 real CIFAR-10 JPEGs on all cores and on 2
+#   bash bench/studies/plan_gpu.sh soak        # start the 20-minute run of docs/RELIABILITY.md detached, and return
+#   bash bench/studies/plan_gpu.sh soakwait    # wait for it within this call's minutes; repeat until "soak: complete"
+#   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
 #   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
 #   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
 #
@@ -14,11 +19,11 @@
 # - f1: every backend x workers 0,4,8,16 x pin_memory on/off: 24 loader configurations + data-free = 52 runs,
 #   200 measured steps after 20 warm-up. Measured: 35-45 s each with a warm compile cache (~20 s of it loading the
 #   compiled graphs and capturing CUDA graphs), 160 s for the first on a fresh machine: ~36 min, 4-5 calls.
-# - f2: tiny b512 on 4 cores, every backend, workers 0,3 (3 workers + the training process fill the 4 cores), 200
-#   measured steps (a 7 s window; repeats still differ by up to +-13%: eager tiny is launch-bound on 4 cores, see
-#   docs/BENCHMARKS.md). Measured: 27-49 s each, 13 min for the 20 runs.
-# - f3: audio on 4 cores, the same backends and workers, eager (as the audio UNet trains by default), 60 measured
-#   steps (0.18 s each: an 11 s window).
+# - f2: tiny b512 on 4 cores, compiled with CUDA graphs (eager tiny is launch-bound on the host: its repeats differed
+#   by up to +-13%, see docs/BENCHMARKS.md), every backend present, 3 workers (+ the training process: the 4 cores),
+#   600 measured steps. f3: audio, ddpm_audio_mel b128 on 4 cores, compiled, the same backends, 120 measured steps.
+#   f3eager: the audio model eager, its data-free rate against the compiled one of f3, on the same machine.
+#   DALI is in the grids only where it is installed (the machine may carry only the smaller extras).
 # Set-up: the package with its extras (ffcv, dali, audio) and the two dataset archives in ../shared/datasets,
 # shared/datasets, .devdata or /work/shared/datasets. torch.compile is paid once per host: runs share
 # TORCHINDUCTOR_CACHE_DIR (FX graph and AOT autograd caches).
@@ -30,7 +35,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 xcheck gputest)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv soak soakwait fastest xcheck gputest)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -98,6 +103,47 @@ model='$model', batch_size=$batch, compile=$compile, results_dir='$RESULTS/$name
     else echo "$name: NOT complete: run this step again"; fi
 }
 
+# the backends this machine can run: DALI only where it is installed
+BACKENDS=torch,hdf5,ffcv,gpu
+$PY -c "import nvidia.dali" 2>/dev/null && BACKENDS=torch,hdf5,ffcv,dali,gpu
+
+conv() {  # 50,000 real CIFAR-10 train JPEGs to every format, pinned to all cores (twice) and to 2
+    local src
+    src=$(datasets)
+    [ -d "$DATA/raw/cifar" ] || { mkdir -p "$DATA/raw/cifar" && tar xzf "$src/cifar10-jpg.tar.gz" -C "$DATA/raw/cifar"; }
+    mkdir -p "$RESULTS/conv" "$OUT"
+    $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all,2 \
+        --repeats 2 --out "$RESULTS/conv/conversion_speed.json" | tee "$OUT/conv.log"
+    cp "$RESULTS/conv/conversion_speed.json" "$OUT/"
+}
+
+SOAK=$RESULTS/soak
+soak_start() {  # the 20-minute run of docs/RELIABILITY.md, detached: it outlives this call
+    [ ! -f "$SOAK/pid" ] || { echo "soak: started earlier (pid $(cat "$SOAK/pid"))"; return; }
+    mkdir -p "$SOAK/bench"  # `fastest` picks from finding 1's H100 results, of the backends installed here
+    for f in bench/results/f1_cifar10_bs128/*.json; do
+        if [[ ",$BACKENDS," == *",$(basename "$f" | cut -d- -f1),"* || $f == */datafree-* ]]; then cp "$f" "$SOAK/bench/"; fi
+    done
+    GPUFEED_BENCH_RESULTS=$SOAK/bench setsid nohup $PY -m bench soak --out "$SOAK/soak" --interval 5 --duration 1200 \
+        --warmup 180 -- $PY -m training --data "$DATA/cifar10" --loader fastest --model ddpm_cifar10 --batch-size 128 \
+        --steps 100000000 --precision bf16 --compile --sample-every 0 --ckpt-every 20000 --log-every 1000 \
+        --no-progress --out "$SOAK/run" > "$SOAK/soak.log" 2>&1 < /dev/null &
+    echo $! > "$SOAK/pid"
+    echo "soak: started (pid $!)"
+}
+
+soak_wait() {  # until the soak ends or this call's minutes are spent, archiving it every minute
+    local n=0
+    while kill -0 "$(cat "$SOAK/pid")" 2>/dev/null && $PY -c "import sys; sys.exit(float('$(minutes_left)') < 0.1)"; do
+        sleep 10
+        n=$((n + 1))
+        [ $((n % 6)) != 0 ] || tar czf "$OUT/soak.tgz" --exclude=run -C "$RESULTS" soak
+    done
+    tar czf "$OUT/soak.tgz" --exclude='*.pt' -C "$RESULTS" soak
+    tail -3 "$SOAK/soak.log"
+    if [ -f "$SOAK/soak/resources-summary.json" ]; then echo "soak: complete"; else echo "soak: still running"; fi
+}
+
 CIFAR=(--compile --precision bf16)
 F1=(--backends torch,hdf5,ffcv,dali,gpu --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2)
 for STEP in "$@"; do
@@ -109,10 +155,18 @@ for STEP in "$@"; do
             bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
         f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
                 --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 1 ;;
-        f2) prep; bench f2 cifar10 tiny 512 --cpus 4 --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 \
-                --pin-memory on --steps 200 --warmup 20 --repeats 2 ;;
-        f3) prep; bench f3 fsdd ddpm_audio_mel 128 --cpus 4 --backends torch,hdf5,ffcv,dali,gpu --workers 0,3 \
-                --pin-memory on --steps 60 --warmup 10 --repeats 2 ;;
+        f2) prep; bench f2 cifar10 tiny 512 --compile --cpus 4 --backends $BACKENDS --workers 3 \
+                --pin-memory on --steps 600 --warmup 30 --repeats 2 ;;
+        f3) prep; bench f3 fsdd ddpm_audio_mel 128 --compile --cpus 4 --backends $BACKENDS --workers 3 \
+                --pin-memory on --steps 120 --warmup 20 --repeats 2 ;;
+        f3eager) prep; bench f3eager fsdd ddpm_audio_mel 128 --cpus 4 --backends gpu --steps 60 --warmup 10 \
+                --repeats 2 ;;
+        conv) conv ;;
+        soak) prep; soak_start ;;
+        soakwait) soak_wait ;;
+        fastest) mkdir -p "$OUT"
+            $PY -m pytest -m gpu -q -s -p no:cacheprovider tests/test_bench_fastest.py -k decides_within_a_minute 2>&1 \
+                | tee "$OUT/pytest_fastest.txt" || echo "fastest: FAILED" ;;
         xcheck) prep
             bench xcheck cifar10 tiny 512 --cpus 4 --backends torch,hdf5,gpu --workers 3 --pin-memory on \
                 --steps 40 --warmup 10 --crosscheck
@@ -124,6 +178,6 @@ for STEP in "$@"; do
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, xcheck or gputest" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, soak, soakwait, fastest, xcheck or gputest" >&2; exit 2 ;;
     esac
 done

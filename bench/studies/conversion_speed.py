@@ -1,0 +1,68 @@
+"""How long `dataprep convert` takes with a given number of cores, and what memory its process tree peaks at: each
+run converts the same input into every format in a fresh process pinned to its first N allowed cores (`--workers`
+left at its default, the cores it may use), timed from launch to exit, the tree sampled with bench.monitor.
+
+    python -m bench.studies.conversion_speed --input cifar10-jpg --scratch /tmp/conv --cores all,2 \\
+        --out bench/results/conversion_speed.json
+
+The scratch directory is replaced by each run; the JSON holds every run, the hardware, versions, commit and command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..env import run_record
+from ..monitor import ResourceMonitor
+
+
+def convert_once(src: Path, scratch: Path, cores: int, extra: list[str]) -> dict:
+    """One conversion pinned to `cores` cores: wall seconds, CPU seconds of its whole tree, peak PSS."""
+    allowed = sorted(os.sched_getaffinity(0))[:cores]
+    shutil.rmtree(scratch, ignore_errors=True)
+    cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(src), "--output", str(scratch),
+           "--format", "all", "--quiet", *extra]  # fmt: skip
+    with ResourceMonitor(interval=0.25) as mon:
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, preexec_fn=lambda: os.sched_setaffinity(0, allowed), capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"conversion on {cores} cores failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    figures = mon.figures(t0, t0 + wall)
+    return {"cores": cores, "wall_s": round(wall, 2), "cpu_s": round(mon.samples[-1].cpu_s, 1),
+            "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0), "output": proc.stdout.strip()}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", type=Path, required=True, help="what `dataprep convert --input` takes")
+    p.add_argument("--scratch", type=Path, required=True, help="output directory, replaced by every run")
+    p.add_argument("--cores", default="all", help="comma list of core counts, or all (the cores this process may use)")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--out", type=Path, help="JSON to write")
+    p.add_argument("extra", nargs="*", help="more `dataprep convert` options, after --")
+    args = p.parse_args(argv)
+    here = len(os.sched_getaffinity(0))
+    counts = [here if c == "all" else int(c) for c in args.cores.split(",")]
+    if max(counts) > here:
+        raise SystemExit(f"--cores asks for {max(counts)} cores; this process may use {here}")
+    runs = []
+    for r in range(args.repeats):
+        for cores in counts:
+            runs.append(convert_once(args.input, args.scratch, cores, args.extra) | {"repeat": r})
+            print(f"{cores:>3} cores: {runs[-1]['wall_s']:6.1f} s wall, {runs[-1]['cpu_s']:6.1f} CPU-s, "
+                  f"peak PSS {runs[-1]['peak_pss_mib']:,} MiB", flush=True)  # fmt: skip
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"run": run_record(device="cpu"), "runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
