@@ -91,3 +91,16 @@ def test_host_runs_ahead_of_the_gpu(cifar_small, tmp_path):
     s = main(cfg)
     assert len(s.losses) == 30 and all(0 < v < 10 for v in s.losses)
     assert s.starvation["host_behind"] < 0.2 and s.starvation["starvation"] < 0.01, s.starvation
+
+
+def test_ema_update_stays_outside_autograd():
+    """The EMA weights move toward the model's and never join the autograd graph: recorded, every update chained a
+    node to the previous one through them, and host memory grew with every step of a long run."""
+    from training.loop import ema_update
+
+    params = [torch.randn(4, requires_grad=True) for _ in range(3)]
+    ema = [torch.zeros(4) for _ in range(3)]
+    for _ in range(3):
+        ema_update(ema, params, 0.5)
+    assert all(e.grad_fn is None and not e.requires_grad for e in ema)
+    torch.testing.assert_close(ema[0], params[0].detach() * (1 - 0.5**3))

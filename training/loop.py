@@ -71,6 +71,13 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
         ddp.teardown(info)
 
 
+@torch.no_grad()
+def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], decay: float) -> None:
+    """ema = decay * ema + (1 - decay) * params. Outside autograd: recorded, each update chained a graph node to the
+    previous one through the EMA weights, and host memory grew by ~170 KB a step (6.5 GB in a 20-minute H100 run)."""
+    torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+
+
 def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
     from .diffusion import GaussianDiffusion
     from .model import MODEL_PRESETS, UNet
@@ -155,8 +162,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         optimizer.zero_grad(set_to_none=True)
         schedule.step()
         # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
-        decay = min(cfg.ema, (1 + step) / (10 + step))
-        torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+        ema_update(ema_params, params, min(cfg.ema, (1 + step) / (10 + step)))
 
     def stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         if not cuda:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -22,20 +23,24 @@ from ..env import run_record
 from ..monitor import ResourceMonitor
 
 
-def convert_once(src: Path, scratch: Path, cores: int, extra: list[str]) -> dict:
-    """One conversion pinned to `cores` cores: wall seconds, CPU seconds of its whole tree, peak PSS."""
+def convert_once(src: Path, scratch: Path, cores: int, formats: str, extra: list[str]) -> dict:
+    """One conversion pinned to `cores` cores: wall seconds, CPU seconds of its whole tree (and user / kernel of the
+    processes it waited for: creating files is kernel time), peak PSS."""
     allowed = sorted(os.sched_getaffinity(0))[:cores]
     shutil.rmtree(scratch, ignore_errors=True)
     cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(src), "--output", str(scratch),
-           "--format", "all", "--quiet", *extra]  # fmt: skip
+           "--format", formats, "--quiet", *extra]  # fmt: skip
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with ResourceMonitor(interval=0.25) as mon:
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, preexec_fn=lambda: os.sched_setaffinity(0, allowed), capture_output=True, text=True)
         wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"conversion on {cores} cores failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     figures = mon.figures(t0, t0 + wall)
-    return {"cores": cores, "wall_s": round(wall, 2), "cpu_s": round(mon.samples[-1].cpu_s, 1),
+    return {"cores": cores, "formats": formats, "wall_s": round(wall, 2), "cpu_s": round(mon.samples[-1].cpu_s, 1),
+            "user_s": round(after.ru_utime - before.ru_utime, 1), "sys_s": round(after.ru_stime - before.ru_stime, 1),
             "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0), "output": proc.stdout.strip()}  # fmt: skip
 
 
@@ -44,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--input", type=Path, required=True, help="what `dataprep convert --input` takes")
     p.add_argument("--scratch", type=Path, required=True, help="output directory, replaced by every run")
     p.add_argument("--cores", default="all", help="comma list of core counts, or all (the cores this process may use)")
+    p.add_argument("--formats", default="all", help="`--format` values separated by ;, each timed alone")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--out", type=Path, help="JSON to write")
     p.add_argument("extra", nargs="*", help="more `dataprep convert` options, after --")
@@ -55,9 +61,14 @@ def main(argv: list[str] | None = None) -> None:
     runs = []
     for r in range(args.repeats):
         for cores in counts:
-            runs.append(convert_once(args.input, args.scratch, cores, args.extra) | {"repeat": r})
-            print(f"{cores:>3} cores: {runs[-1]['wall_s']:6.1f} s wall, {runs[-1]['cpu_s']:6.1f} CPU-s, "
-                  f"peak PSS {runs[-1]['peak_pss_mib']:,} MiB", flush=True)  # fmt: skip
+            for formats in args.formats.split(";"):
+                run = convert_once(args.input, args.scratch, cores, formats, args.extra) | {"repeat": r}
+                runs.append(run)
+                print(
+                    f"{cores:>3} cores, {formats}: {run['wall_s']:6.1f} s wall, {run['cpu_s']:6.1f} CPU-s ("
+                    f"{run['user_s']} user, {run['sys_s']} kernel), peak PSS {run['peak_pss_mib']:,} MiB",
+                    flush=True,
+                )
     shutil.rmtree(args.scratch, ignore_errors=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

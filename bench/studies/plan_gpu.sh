@@ -35,7 +35,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv soak soakwait fastest xcheck gputest)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit soak soakwait fastest xcheck gputest)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -106,15 +106,27 @@ model='$model', batch_size=$batch, compile=$compile, results_dir='$RESULTS/$name
 # the backends this machine can run: DALI only where it is installed
 BACKENDS=torch,hdf5,ffcv,gpu
 $PY -c "import nvidia.dali" 2>/dev/null && BACKENDS=torch,hdf5,ffcv,dali,gpu
+BACKENDS=${GPUFEED_BACKENDS:-$BACKENDS}  # or fewer, where a call has minutes for fewer
 
-conv() {  # 50,000 real CIFAR-10 train JPEGs to every format, pinned to all cores (twice) and to 2
+conv_input() {
     local src
     src=$(datasets)
     [ -d "$DATA/raw/cifar" ] || { mkdir -p "$DATA/raw/cifar" && tar xzf "$src/cifar10-jpg.tar.gz" -C "$DATA/raw/cifar"; }
     mkdir -p "$RESULTS/conv" "$OUT"
+}
+
+conv() {  # 50,000 real CIFAR-10 train JPEGs to every format, pinned to all cores (twice) and to 2
+    conv_input
     $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all,2 \
         --repeats 2 --out "$RESULTS/conv/conversion_speed.json" | tee "$OUT/conv.log"
     cp "$RESULTS/conv/conversion_speed.json" "$OUT/"
+}
+
+convsplit() {  # where the time goes on all cores: the PNG files alone, the other three formats alone
+    conv_input
+    $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all \
+        --formats "files;hdf5,ffcv,dali" --out "$RESULTS/conv/conversion_split.json" | tee "$OUT/convsplit.log"
+    cp "$RESULTS/conv/conversion_split.json" "$OUT/"
 }
 
 SOAK=$RESULTS/soak
@@ -162,6 +174,7 @@ for STEP in "$@"; do
         f3eager) prep audio; bench f3eager fsdd ddpm_audio_mel 128 --cpus 4 --backends gpu --steps 60 --warmup 10 \
                 --repeats 2 ;;
         conv) conv ;;
+        convsplit) convsplit ;;
         soak) prep; soak_start ;;
         soakwait) soak_wait ;;
         fastest) mkdir -p "$OUT"
@@ -178,6 +191,6 @@ for STEP in "$@"; do
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, soak, soakwait, fastest, xcheck or gputest" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, soak, soakwait, fastest, xcheck or gputest" >&2; exit 2 ;;
     esac
 done
