@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ def data(tmp_path_factory) -> Path:
 
 
 def args(data: Path, out: Path, *extra: str) -> list[str]:
-    return ["loaders", "--data", str(data), "--backends", "hdf5", "--workers", "0", "--pin-memory", "on", "--model",
-            "tiny", "--steps", "3", "--warmup", "1", "--device", "cpu", "--out", str(out), "--no-progress", *extra]  # fmt: skip
+    opts = "--backends hdf5 --workers 0 --pin-memory on --model tiny --steps 3 --warmup 1 --device cpu --no-progress"
+    return ["loaders", "--data", str(data), "--out", str(out), *opts.split(), *extra]
 
 
 @pytest.mark.slow
@@ -62,7 +63,8 @@ def test_two_ranks_on_a_core_each_merge_into_one_record(data, tmp_path):
 
 
 def test_a_failing_rank_fails_the_configuration(data, tmp_path):
-    """Cores asked for beyond those allowed: rank 1 cannot be pinned, and the record names it."""
+    """Cores asked for beyond those allowed: rank 1 cannot be pinned and exits, torchrun stops rank 0, and the
+    configuration is recorded as failed, with no rank's partial record left behind."""
     from bench.grid import child_env, run_job
     from bench.job import Job
 
@@ -75,7 +77,9 @@ def test_a_failing_rank_fails_the_configuration(data, tmp_path):
 
         ok = run_job(job, path, child_env(GridConfig(data=data, out=tmp_path)), 300, log)
     rec = json.loads(path.read_text())
-    assert not ok and "rank 1: --cpus" in rec["error"] and "cores needed" in rec["error"], rec
+    assert not ok and "wrote nothing" in rec["error"] and "figures" not in rec, rec
+    assert "cores needed" in (tmp_path / "log").read_text(), "rank 1 says why in the grid's log"
+    assert not list((tmp_path / ".ranks").glob("*.json"))
 
 
 @pytest.mark.parametrize(
@@ -90,7 +94,7 @@ def test_a_failing_rank_fails_the_configuration(data, tmp_path):
 def test_rank_options_are_checked_before_any_run(data, tmp_path, extra, message):
     done = CliRunner().invoke(cli, args(data, tmp_path / "out", *extra))
     assert done.exit_code == 2 and not (tmp_path / "out").exists()
-    assert __import__("re").search(message, done.output), done.output
+    assert re.search(message, done.output), done.output
 
 
 def test_global_batch_divides_over_ranks():
