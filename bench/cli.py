@@ -79,7 +79,12 @@ def cli() -> None:
 @click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU].")
 @click.option("--warmup", type=click.IntRange(min=0), default=None, help="Steps left out [default: 20; 2 on CPU].")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin each run to N cores [default: all].")
+@click.option("--cpus", type=click.IntRange(min=1), default=None,
+              help="Pin each run (each rank) to N cores of its own [default: all, shared].")  # fmt: skip
+@click.option("--nproc", "nprocs", default="1", help="Comma list of rank counts: each run under torchrun with N "
+              "data-parallel ranks, one GPU each; several give a scaling table and plot.")  # fmt: skip
+@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Strong scaling: GLOBAL // N per rank "
+              "at each --nproc N, instead of --batch-size.")  # fmt: skip
 @click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
@@ -109,7 +114,19 @@ def cli() -> None:
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full summary (OUT/summary.json), not the answer.")
 def loaders(
-    data: Path, backends, workers, pins, batch_sizes, device, cpus, out, no_progress, time_limit_min, as_json, **options
+    data: Path,
+    backends,
+    workers,
+    pins,
+    batch_sizes,
+    device,
+    cpus,
+    out,
+    no_progress,
+    time_limit_min,
+    as_json,
+    nprocs,
+    **options,
 ) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
@@ -125,6 +142,10 @@ def loaders(
         raise click.BadParameter(
             f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer", param_hint="--cpus"
         )
+    nprocs = _ints(nprocs, "--nproc", "1,2,4,8", 1)
+    _check_ranks(nprocs, cpus, allowed, device, options["global_batch"], click.get_current_context())
+    if options["crosscheck"] and max(nprocs) > 1:
+        raise click.BadParameter("the profiler cross-check runs one process; use --nproc 1", param_hint="--crosscheck")
     if options["crosscheck"] and not device.startswith("cuda"):
         raise click.BadParameter(
             "the profiler cross-check needs GPU kernels; use --device cuda", param_hint="--crosscheck"
@@ -143,6 +164,7 @@ def loaders(
         batch_sizes=_ints(batch_sizes, "--batch-size", "128,512", 1),
         device=device,
         cpus=cpus,
+        nproc=nprocs,
         progress=not no_progress,
         time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
@@ -156,6 +178,29 @@ def loaders(
     _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
         raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+
+
+def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, global_batch, ctx) -> None:
+    """Refuse rank counts this host cannot run as asked, before any run starts."""
+    if cpus and max(nprocs) * cpus > allowed:
+        raise click.BadParameter(f"--nproc {max(nprocs)} x --cpus {cpus} = {max(nprocs) * cpus} cores, {allowed} "
+                                 f"available here; use fewer ranks or cores per rank", param_hint="--cpus")  # fmt: skip
+    if device.startswith("cuda") and max(nprocs) > 1:
+        import torch
+
+        if device != "cuda":
+            raise click.BadParameter(f"{device}: with --nproc each rank takes its own GPU; use --device cuda",
+                                     param_hint="--device")  # fmt: skip
+        if max(nprocs) > torch.cuda.device_count():
+            raise click.BadParameter(f"{max(nprocs)} ranks need as many GPUs, {torch.cuda.device_count()} here",
+                                     param_hint="--nproc")  # fmt: skip
+    if global_batch is not None:
+        if ctx.get_parameter_source("batch_sizes") != click.core.ParameterSource.DEFAULT:
+            raise click.BadParameter("give --global-batch or --batch-size, not both", param_hint="--global-batch")
+        bad = [n for n in nprocs if global_batch % n]
+        if bad:
+            raise click.BadParameter(f"{global_batch} does not divide by --nproc {', '.join(map(str, bad))}",
+                                     param_hint="--global-batch")  # fmt: skip
 
 
 def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
@@ -254,13 +299,16 @@ def watch(command, out, cpus, as_json, **options) -> None:
 @DATA
 @click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
+@click.option("--nproc", type=click.IntRange(min=1), default=1, help="Ranks training will run: their results win, "
+              "else one process's.")  # fmt: skip
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
 @click.option("--compile/--no-compile", default=False)
 @click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON (what `train --loader fastest` reads).")
-def fastest(data: Path, model: str, batch_size: int, device, precision: str, compile: bool, results, as_json) -> None:
+def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precision: str, compile: bool, results,
+            as_json) -> None:  # fmt: skip
     """The loader configuration `train --loader fastest` takes, and why; a short bench first when there are no
     results for this data, device, model, batch size, precision and compile setting."""
     import contextlib
@@ -276,7 +324,7 @@ def fastest(data: Path, model: str, batch_size: int, device, precision: str, com
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
             c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
-                       compile=compile, results_dir=results)  # fmt: skip
+                       compile=compile, results_dir=results, nproc=nproc)  # fmt: skip
     except (LoaderError, OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     if as_json:

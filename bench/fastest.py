@@ -65,10 +65,18 @@ def _writable_dir(data_dir: Path, digest: str) -> Path:
 
 
 def scenario_rows(
-    results_dir: Path, *, digest: str, device: str, model: str, batch_size: int, precision: str, compile: bool
+    results_dir: Path,
+    *,
+    digest: str,
+    device: str,
+    model: str,
+    batch_size: int,
+    precision: str,
+    compile: bool,
+    nproc: int = 1,
 ) -> list[dict]:
     """Flat rows (bench.results.flat) of every grid in the directory, loader and data-free runs, for this setting on
-    this machine (its GPU name, at most its cores)."""
+    this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
     from .env import hardware
     from .results import flat, load_records
 
@@ -85,7 +93,8 @@ def scenario_rows(
             and row["batch_size"] == batch_size
             and row["precision"] == precision
             and bool(row["compile"]) == compile
-            and (row["cpus"] or 0) <= cores
+            and row["nproc"] == nproc
+            and (row["cpus"] or 0) * nproc <= cores
             and (not cuda or hw.get("gpu") == gpu)
         ):
             keep.append(row)
@@ -173,8 +182,11 @@ def choose(
     precision: str = "bf16",
     compile: bool = False,
     results_dir: Path | None = None,
+    nproc: int = 1,
 ) -> Choice:
-    """The loader configuration for `train --loader fastest`; measures in-process first when there are no results."""
+    """The loader configuration for `train --loader fastest`; measures in-process first when there are no results.
+    Training on `nproc` ranks takes results measured with that many ranks (`bench loaders --nproc`: the host's cores
+    shared as training will share them), else those of one process, as when no multi-rank grid was run."""
     from dataprep.manifest import load_manifest
 
     from .probe import run_probe
@@ -183,11 +195,12 @@ def choose(
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
-    for d in dict.fromkeys(dirs):
-        rows = scenario_rows(d, **key) if d.is_dir() else []
+    for d, n in [(d, n) for n in dict.fromkeys((nproc, 1)) for d in dict.fromkeys(dirs)]:
+        rows = scenario_rows(d, **key, nproc=n) if d.is_dir() else []
         if latest_groups(rows):
             win, why = _pick(rows)
-            return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}): {why}")
+            ranks = f", measured with {n} ranks" if n > 1 else ", measured in one process" if nproc > 1 else ""
+            return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}{ranks}): {why}")
     out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
     t0 = time.perf_counter()
     echo = lambda line: print(f"fastest: {line}", file=sys.stderr, flush=True)  # noqa: E731

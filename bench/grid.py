@@ -34,7 +34,9 @@ class GridConfig:
     steps: int = 200  # measured steps: 10-30 s per configuration on the H100 for ddpm_cifar10
     warmup: int = 20  # left out: worker start-up, compilation, cuDNN autotuning, page cache
     device: str = "cuda"
-    cpus: int | None = None  # cores per run, as on a node with fewer cores per GPU; None: all allowed
+    cpus: int | None = None  # cores per run (per rank), as on a node with fewer cores per GPU; None: all allowed
+    nproc: tuple[int, ...] = (1,)  # data-parallel ranks under torchrun, one GPU each; several: a scaling table
+    global_batch: int | None = None  # strong scaling: global_batch // nproc per rank instead of batch_sizes
     compile: bool = False  # torch.compile the model (cache shared by the grid)
     precision: str = "bf16"  # the training loop's default
     repeats: int = 1  # >= 2 on the GPU for a run-to-run range
@@ -66,6 +68,8 @@ class GridConfig:
             crosscheck=self.crosscheck,
             grid_id=grid_id,
             precision=self.precision,
+            nprocs=self.nproc,
+            global_batch=self.global_batch,
         )
 
 
@@ -101,7 +105,10 @@ def job_timeout_s(job: Job, timeout_s: float | None) -> float:
 def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) -> bool:
     """Run one configuration in a fresh process group; True when its JSON holds figures. A run that crashes, is
     killed (the kernel's out-of-memory killer sends SIGKILL) or outlives `timeout_s` is recorded as failed."""
+    from . import ranks
+
     cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
+    cmd = ranks.command(job, path) if job.nproc > 1 else cmd
     path.unlink(missing_ok=True)  # an earlier grid's result must not pass for this run's if the child dies silently
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -111,7 +118,10 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
         _write_error(path, job, f"timed out after {timeout_s:.0f} s (--timeout) and was stopped; see grid.log")
     except BaseException:  # Ctrl-C: stop the child and its workers, leave no partial JSON behind
         _kill_group(proc)
+        ranks.clean(job, path)
         raise
+    if job.nproc > 1:  # the ranks' records into one (a timeout's error record stays as it is)
+        ranks.merge(job, path)
     if not path.exists():
         _write_error(path, job, f"the run {_how_it_ended(proc.returncode)} and wrote nothing; see grid.log")
     return "error" not in json.loads(path.read_text())
@@ -151,7 +161,7 @@ def finished(path: Path, job: Job) -> bool:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):
         return False
-    same = {**rec.get("job", {}), "grid_id": ""} == {**job.to_dict(), "grid_id": ""}
+    same = {"nproc": 1, **rec.get("job", {}), "grid_id": ""} == {**job.to_dict(), "grid_id": ""}  # nproc: older
     return same and "figures" in rec
 
 

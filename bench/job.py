@@ -34,13 +34,16 @@ class Job:
     steps: int  # measured steps
     warmup: int  # steps run first and left out of every figure
     device: str
-    cpus: int | None  # pin the process tree to this many cores; None: every core allowed
+    cpus: int | None  # pin the process tree (each rank's, under nproc > 1) to this many cores; None: every core allowed
     compile: bool
     precision: str = "bf16"  # what the findings use: bf16 autocast, as the training loop defaults to
     repeat: int = 0
     crosscheck: bool = False  # profile the measured steps too and compare (GPU only; slows those steps)
     grid_id: str = ""  # when the grid started: `fastest` reads the latest grid's results
     seed: int = 0
+    # data-parallel ranks under torchrun, one per GPU, each on its own shard and its own `cpus` cores: starvation
+    # measured where it appears, N processes sharing the host (bench.ranks)
+    nproc: int = 1
 
     @property
     def name(self) -> str:
@@ -48,6 +51,8 @@ class Job:
         marked, so that it never overwrites a GPU run of the same configuration)."""
         cpus = f"cpus{self.cpus}" if self.cpus else "cpusall"
         tail = f"bs{self.batch_size}-{self.model}-{cpus}-{self.precision}{'-compiled' if self.compile else ''}"
+        if self.nproc > 1:  # nproc 1 keeps the names results had before ranks were a knob
+            tail = f"np{self.nproc}-{tail}"
         if not self.device.startswith("cuda"):
             tail += f"-{self.device.split(':')[0]}"
         if self.kind == "data_free":
@@ -97,11 +102,14 @@ def expand(
     crosscheck: bool = False,
     grid_id: str = "",
     precision="bf16",
+    nprocs: tuple[int, ...] = (1,),
+    global_batch: int | None = None,
 ) -> list[Job]:
     """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
     complete grid at fewer repeats rather than some configurations without any). A loader-only grid (model none)
     measures the data-free rate of the preset for this data and device (`preset_for`) too: each loader's ceiling is
-    then reported as headroom over what that model eats."""
+    then reported as headroom over what that model eats. Each rank count in `nprocs` is a scenario of its own; with
+    `global_batch` each runs at global_batch // nproc per rank (strong scaling) instead of `batch_sizes`."""
     common = dict(
         data=str(data),
         model=model,
@@ -116,19 +124,18 @@ def expand(
     jobs: list[Job] = []
     for r in range(repeats):
         seen = set()
-        for bs in batch_sizes:
+        for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
             eater = {} if model != "none" else {"model": preset_for(data, device)}
             free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r,
-                       **(common | eater))  # fmt: skip
+                       nproc=n, **(common | eater))  # fmt: skip
             at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
-                key = (b, *collapse(b, w, p, device), bs)
+                key = (b, *collapse(b, w, p, device), bs, n)
                 if key in seen:
                     continue
                 seen.add(key)
-                jobs.append(
-                    Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], batch_size=bs, repeat=r, **common)
-                )
+                jobs.append(Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], batch_size=bs, repeat=r,
+                                nproc=n, **common))  # fmt: skip
             # the model's own rate first; the preset's beside the loader alone last (its steps cost far more than a
             # loader's, so a time limit or Ctrl-C takes it rather than the loaders asked for)
             jobs.insert(len(jobs) if model == "none" else at, free)
@@ -140,6 +147,7 @@ def expand(
 # Rough costs from the H100 runs in bench/results (`process_s` in each JSON): a first estimate only, the progress
 # bar's rate takes over once runs finish. With these, f1, f2 and f3 are estimated at 40, 12.7 and 11.6 minutes; they
 # took ~37, 13.3 and ~13.
+TORCHRUN_S = 10.0  # torchrun's own start and rendezvous, before its ranks start like any run
 START_S = 22.0  # a fresh interpreter importing torch, ffcv and DALI, building the loader and model, cuDNN's tuning
 COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0}  # warm inductor cache
 COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_mel": 150.0}  # the first job pays it
@@ -158,7 +166,7 @@ def estimate_s(jobs: list[Job]) -> float:
             COMPILED_SPEEDUP if j.compile else 1
         )
         loader_rate = LOADER_IMG_S[j.backend] * max(1, j.workers or 1) if j.backend else 1e9
-        total += START_S + n / min(model_rate, loader_rate)
+        total += START_S + n / min(model_rate, loader_rate) + (TORCHRUN_S if j.nproc > 1 else 0.0)
         if j.compile:
             total += COMPILE_S[j.model] if j.model in compiled else COLD_COMPILE_S[j.model]
             compiled.add(j.model)

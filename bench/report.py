@@ -11,19 +11,23 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from .results import SCENARIO, finalize, flat, load_records
+from .scaling import scaling_section
 
 STYLE = {True: "-", False: "--", None: "-"}  # pin_memory on / off / not a knob of this backend
 COLORS = {"torch": "tab:red", "hdf5": "tab:blue", "ffcv": "tab:green", "dali": "tab:purple", "gpu": "tab:orange"}
 
 
 def scenario_title(g: dict) -> str:
+    n = g.get("nproc") or 1
     cpus = f"{g['cpus']} cores" if g["cpus"] else "all cores"
+    cpus = f"{n} ranks, {cpus} per rank" if n > 1 and g["cpus"] else f"{n} ranks, {cpus} shared" if n > 1 else cpus
     compiled = ", compiled" if g["compile"] else ""
     return f"{g['model']}, batch {g['batch_size']}, {g['device']}, {cpus}, {g['precision']}{compiled}"
 
 
 def scenario_slug(g: dict) -> str:
-    return f"{g['model']}-bs{g['batch_size']}-{g['device']}-cpus{g['cpus'] or 'all'}-{g['precision']}" + (
+    ranks = f"-np{g['nproc']}" if (g.get("nproc") or 1) > 1 else ""
+    return f"{g['model']}-bs{g['batch_size']}{ranks}-{g['device']}-cpus{g['cpus'] or 'all'}-{g['precision']}" + (
         "-compiled" if g["compile"] else ""
     )
 
@@ -66,6 +70,8 @@ COLUMNS = [
     ("headroom over data-free", "--:", _headroom, "alone"),
     ("wait p95 ms", "--:", lambda g: _fmt(g["wait_p95_ms"], ".1f"), "both"),
     ("host behind", "--:", lambda g: _fmt(g["host_behind"], ".0%"), "loop"),
+    ("worst rank starvation", "--:", lambda g: _fmt(g.get("starvation_max"), ".1%"), "ranks"),
+    ("worst rank host behind", "--:", lambda g: _fmt(g.get("host_behind_max"), ".0%"), "ranks"),
     ("first batch s", "--:", lambda g: _fmt(g["first_batch_s"], ".2f"), "both"),
     ("CPU cores", "--:", lambda g: _fmt(g["cpu_cores"], ".1f"), "both"),
     ("CPU s / 1k samples", "--:", lambda g: _fmt(g["cpu_s_per_1k_samples"], ".2f"), "both"),
@@ -77,16 +83,19 @@ COLUMNS = [
 ]
 
 
-def _columns(alone: bool) -> list[tuple]:
-    return [c for c in COLUMNS if c[3] in ("both", "alone" if alone else "loop")]
+def _columns(alone: bool, ranks: bool = False) -> list[tuple]:
+    """The columns of a scenario's table: the loader alone or in the loop, and the worst rank's under several ranks
+    (starvation and host behind are then the mean over ranks)."""
+    modes = ("both", "alone" if alone else "loop", "ranks" if ranks and not alone else "")
+    return [c for c in COLUMNS if c[3] in modes]
 
 
 def _row(g: dict) -> str:
-    return "| " + " | ".join(cell(g) for _, _, cell, _ in _columns(g["model"] == "none")) + " |"
+    return "| " + " | ".join(cell(g) for _, _, cell, _ in _columns(g["model"] == "none", g["nproc"] > 1)) + " |"
 
 
-def header(alone: bool) -> str:
-    cols = _columns(alone)
+def header(alone: bool, ranks: bool = False) -> str:
+    cols = _columns(alone, ranks)
     return "| " + " | ".join(c[0] for c in cols) + " |\n|" + "|".join(c[1] for c in cols) + "|"
 
 
@@ -120,10 +129,10 @@ def write_report(results_dir: Path) -> Path:
                 f"{len(rates)} runs.",
                 "",
             ]
-        head = header(gs[0]["model"] == "none")
+        head = header(gs[0]["model"] == "none", gs[0]["nproc"] > 1)
         lines += [head, *[_row(g) for g in gs], "", "Best configuration per backend:", "", head]
         lines += [*[_row(g) for g in best_per_backend(gs)], "", f"![{scenario_title(gs[0])}]({png.name})", ""]
-    lines += _crosscheck_section(rows) + watched
+    lines += scaling_section(groups, rows, results_dir) + _crosscheck_section(rows) + watched
     failed = [r for r in rows if r["error"]]
     if failed:
         lines += ["## Failed runs", "", *[f"- `{r['name']}`: {r['error']}" for r in failed], ""]

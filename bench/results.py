@@ -23,7 +23,7 @@ NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run 
 # starvation by more than UNEXPLAINED (3 points): with 0 workers the host is behind because it loads the batch itself,
 # and that wait is already the starvation
 BEHIND, UNEXPLAINED = 0.5, 0.03
-SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile")
+SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc")  # cpus: per rank
 KNOBS = ("backend", "workers", "pin_memory")
 CSV_COLUMNS = [
     "name",
@@ -33,6 +33,7 @@ CSV_COLUMNS = [
     "workers",
     "pin_memory",
     "batch_size",
+    "nproc",
     "model",
     "cpus",
     "device",
@@ -51,6 +52,8 @@ CSV_COLUMNS = [
     "wait_p95_ms",
     "wait_max_ms",
     "host_behind",
+    "starvation_max",
+    "host_behind_max",
     "data_free_host_behind",
     "first_batch_s",
     "cpu_cores",
@@ -94,6 +97,7 @@ def flat(rec: dict) -> dict:
     j, f = rec["job"], rec.get("figures", {})
     row = {k: j.get(k) for k in CSV_COLUMNS if k in j} | {"name": rec["name"], "error": rec.get("error", "")}
     row["device"] = str(j["device"]).split(":")[0]
+    row["nproc"] = j.get("nproc") or 1  # absent before ranks were a knob
     row["digest"] = rec.get("data", {}).get("digest", "")
     row |= {k: f.get(k) for k in CSV_COLUMNS if k in f and not isinstance(f.get(k), dict)}
     if isinstance(f.get("starvation"), dict):
@@ -105,6 +109,8 @@ def flat(rec: dict) -> dict:
             "wait_p95_ms": s["wait_p95_ms"],
             "wait_max_ms": s["wait_max_ms"],
             "host_behind": s.get("host_behind"),  # absent before commit 9f61c13
+            "starvation_max": s.get("starvation_max"),  # the worst rank (under nproc > 1)
+            "host_behind_max": s.get("host_behind_max"),
         }
     if "starvation" in f.get("crosscheck", {}):
         row |= {
@@ -134,6 +140,8 @@ def group(rows: list[dict]) -> list[dict]:
             "wait_p95_ms",
             "wait_max_ms",
             "host_behind",
+            "starvation_max",
+            "host_behind_max",
             "data_free_host_behind",
             "first_batch_s",
             "cpu_cores",

@@ -9,6 +9,7 @@ The record is written to FILE atomically, so an interrupted run leaves either a 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -19,15 +20,18 @@ from pathlib import Path
 import psutil
 
 from .job import Job
+from .ranks import local_rank, rank_cores, rank_path
 
 
-def pin_cpus(n: int) -> list[int]:
-    """Restrict this process (and every child it starts) to the first n cores it may use."""
+def pin_cpus(n: int, rank: int = 0) -> list[int]:
+    """Restrict this process (and every child it starts) to n cores it may use: the first n, or under torchrun the
+    rank's own n (bench.ranks.rank_cores)."""
     allowed = sorted(os.sched_getaffinity(0))
     if n > len(allowed):
         raise ValueError(f"--cpus {n}: only {len(allowed)} cores are available to this process")
-    os.sched_setaffinity(0, allowed[:n])
-    return allowed[:n]
+    cores = rank_cores(allowed, n, rank)
+    os.sched_setaffinity(0, cores)
+    return cores
 
 
 class ResidentLoader:
@@ -55,7 +59,8 @@ def build(job: Job):
 
     opts = dict(batch_size=job.batch_size, device=job.device, seed=job.seed)
     t0 = time.perf_counter()
-    if job.kind == "loader":
+    if job.kind == "loader":  # under torchrun each rank reads its own shard, as training does
+        opts |= {"rank": int(os.environ.get("RANK", "0")), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
         loader = build_loader(job.backend, job.data, workers=job.workers or 0, pin_memory=bool(job.pin_memory), **opts)
         return loader, time.perf_counter() - t0
     from dataprep.manifest import load_manifest
@@ -117,7 +122,8 @@ def train(loader, job: Job) -> dict:
     if summary["stopped_by"]:  # Ctrl-C or SIGTERM cut the run short: its figures are not a measurement
         raise KeyboardInterrupt(summary["stopped_by"])
     kept = {k: v for k, v in summary.items() if k not in ("losses", "config", "backend")}
-    return kept | {"compile_mode": cfg.compile_mode if job.compile else None}
+    own = summary["ranks"][int(os.environ.get("RANK", "0"))]["samples_per_s"]  # the loop's rate is all ranks'
+    return kept | {"samples_per_s": own, "compile_mode": cfg.compile_mode if job.compile else None}
 
 
 def measure(job: Job, trace_path: Path) -> dict:
@@ -217,8 +223,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path, help="the result JSON to write")
     args = p.parse_args(argv)
     job = Job.from_dict(json.loads(args.job))
+    rank, world = local_rank()
+    out = rank_path(args.out, rank) if world > 1 else args.out  # bench.ranks merges the ranks' records
+    out.parent.mkdir(parents=True, exist_ok=True)
     if job.cpus:
-        pin_cpus(job.cpus)  # before torch is imported: its thread pools size themselves to the affinity
+        pin_cpus(job.cpus, rank)  # before torch is imported: its thread pools size themselves to the affinity
+    if world > 1 and job.device.startswith("cuda"):  # one GPU per rank, as training.ddp.setup places them
+        job = dataclasses.replace(job, device=f"cuda:{rank}")
     import torch
 
     if job.cpus:
@@ -226,13 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     if job.device.startswith("cuda:") and torch.cuda.is_available():  # plain "cuda" is already the current device
         torch.cuda.set_device(torch.device(job.device))  # the step timer's events record on the current device
     try:
-        rec = record(job, args.out)
+        rec = record(job, out)
     except Exception as e:  # recorded, so the grid goes on and the report shows which configuration failed
         import traceback
 
         rec = {"name": job.name, "job": job.to_dict(), "error": f"{type(e).__name__}: {e}"}
         traceback.print_exc()
-    write_json_atomic(args.out, rec)
+    write_json_atomic(out, rec)
     return 1 if "error" in rec else 0
 
 

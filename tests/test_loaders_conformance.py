@@ -125,18 +125,30 @@ def test_shuffled_epochs_cover_and_differ(images, backend, drop_last, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("world,drop_last", [(3, False), (2, True)], ids=["3-ranks", "2-ranks-drop-last"])
 @pytest.mark.parametrize("backend", ALL)
-def test_shards_are_disjoint_and_cover(images, backend, device):
-    """world_size=3: the ranks' samples are disjoint and together cover the epoch, in both epochs."""
+def test_shards_are_disjoint_and_cover(images, backend, device, world, drop_last):
+    """The ranks' samples are disjoint and together cover the epoch, in both epochs. With drop_last (as training
+    runs) every rank yields the same number of full batches, so DDP ranks step together, and what is left out of an
+    epoch is less than one batch per rank."""
+    bs = 16
     for e in (0, 1):
-        seen = []
-        for rank in range(3):
-            with build_loader(backend, images, batch_size=16, workers=1, device=device, shuffle=True, augment=False,
-                              drop_last=False, seed=1, rank=rank, world_size=3) as loader:  # fmt: skip
+        seen, batches = [], []
+        for rank in range(world):
+            with build_loader(backend, images, batch_size=bs, workers=1, device=device, shuffle=True, augment=False,
+                              drop_last=drop_last, seed=1, rank=rank, world_size=world) as loader:  # fmt: skip
                 for skipped in range(e):  # DALI cannot jump to an epoch: it has to run through the earlier ones
                     epoch(loader, skipped)
-                seen.append(set(ids(epoch(loader, e)[0])))
-        assert sum(len(s) for s in seen) == len(set.union(*seen)) == N_IMAGES
+                x, _, got = epoch(loader, e)
+                seen.append(set(ids(x)))
+                batches.append((len(got), len(loader)))
+        covered = len(set.union(*seen))
+        assert sum(len(s) for s in seen) == covered, f"{backend}: a sample reached two ranks in epoch {e}"
+        if drop_last:
+            assert len(set(batches)) == 1 and batches[0][0] == batches[0][1], f"{backend}: batches per rank {batches}"
+            assert covered == world * bs * batches[0][0] and N_IMAGES - covered < world * bs
+        else:
+            assert covered == N_IMAGES
 
 
 @pytest.mark.parametrize("device", DEVICES)

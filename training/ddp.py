@@ -56,6 +56,17 @@ def all_reduce(values: list[float], info: Dist, device: str, op: str = "sum") ->
     return t.tolist()
 
 
+def gather(values: list[float], info: Dist, device: str) -> list[list[float]]:
+    """Every rank's `values` (same length on all), indexed by rank, on every rank. Each rank fills its own row of a
+    zeroed table and one sum assembles it: a NaN (a figure a rank does not have) stays in its own row."""
+    if not info.enabled:
+        return [list(values)]
+    table = [0.0] * (len(values) * info.world_size)
+    table[info.rank * len(values) : (info.rank + 1) * len(values)] = values
+    flat = all_reduce(table, info, device, "sum")
+    return [flat[r * len(values) : (r + 1) * len(values)] for r in range(info.world_size)]
+
+
 def any_rank(flag: bool, info: Dist, device: str) -> bool:
     """True on every rank when it is true on one: ranks must agree to stop at the same step."""
     return bool(all_reduce([float(flag)], info, device, "max")[0])

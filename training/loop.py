@@ -42,7 +42,7 @@ class RunSummary:
     steps: int  # optimizer steps run by this call (a resumed run counts from its checkpoint)
     start_step: int  # the checkpoint step it resumed from, 0 for a fresh run
     samples_per_s: float  # all ranks, measured steps only (after timing_warmup), waiting for data included
-    starvation: dict  # StarvationSummary.to_dict() of rank 0; "starvation_max" adds the worst rank
+    starvation: dict  # StarvationSummary.to_dict() of this rank, + mean over ranks and worst rank (metrics.merged)
     first_batch_s: float  # data-stream start to first batch in hand: loader and worker start-up
     final_loss: float
     losses: list[float]  # per step from start_step + 1, rank 0's local loss
@@ -56,6 +56,7 @@ class RunSummary:
     stopped_by: str | None  # "SIGTERM"/"SIGINT" when a signal ended the run (after checkpointing)
     config: dict = field(default_factory=dict)
     loader: dict = field(default_factory=dict)  # backend, workers, pin_memory and why (`--loader fastest` says)
+    ranks: list[dict] = field(default_factory=list)  # every rank's own figures (metrics.RANK_FIGURES), by rank
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -116,6 +117,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
 
     net = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
+    # Compiled under DDP, the DDP wrapper is compiled (not DDP around a compiled module): Dynamo's DDPOptimizer then
+    # splits the graph at DDP's gradient-bucket boundaries (25 MB: ~6 pieces for ddpm_cifar10's 143 MB of fp32
+    # gradients), so each bucket's all-reduce starts while the backward of the earlier layers still runs. With
+    # "reduce-overhead" each piece becomes its own CUDA graph and the all-reduces stay outside them, launched eagerly
+    # by DDP's reducer hooks between the graphs: NCCL collectives are never captured in a graph (Dynamo cannot trace
+    # them into one). The step keeps most of the launch savings and its compute/communication overlap; a test runs it
+    # on two GPUs (tests/test_training_ddp.py), `compile_mode default` is the fall-back should a torch version break it
     if cfg.compile:
         net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
 
@@ -230,7 +238,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
                 one_step()
     drain()
     log.close()
-    figures = log.final(timer, flops)
+    checksum = sum(v.double().sum().item() for v in model.state_dict().values())
+    figures = log.final(timer, flops, checksum)
     return RunSummary(
         steps=step - start_step,
         start_step=start_step,
@@ -239,7 +248,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         losses=losses,
         wall_s=time.perf_counter() - t_start,
         backend=backend,
-        param_checksum=sum(v.double().sum().item() for v in model.state_dict().values()),
+        param_checksum=checksum,
         stopped_by=stop.received,
         config=train_dict,
         loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},

@@ -7,6 +7,7 @@ TFLOP/s include the time the device waited for data. Reading them syncs the devi
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import torch
@@ -24,6 +25,23 @@ BOARD_TAGS = {
     "mfu": "speed/mfu",
     "memory_gib": "device/memory_gib",
 }
+
+
+# each rank's own figures, gathered on every rank at the end of a run (RunSummary.ranks)
+RANK_FIGURES = ("samples_per_s", "starvation", "host_behind", "wait_median_ms", "param_checksum")
+
+
+def _none(row: list[float]) -> list[float | None]:
+    return [None if math.isnan(v) else v for v in row]
+
+
+def merged(ranks: list[dict], key: str) -> dict:
+    """KEY_mean over ranks and the worst rank (KEY_max, KEY_worst_rank): under DDP every step waits for the slowest
+    rank, so one starved rank idles every GPU. None where no rank has the figure (host_behind on CPU)."""
+    have = [r for r in ranks if r[key] is not None]
+    worst = max(have, key=lambda r: r[key], default=None)
+    mean = sum(r[key] for r in have) / len(have) if have else None
+    return {f"{key}_mean": mean, f"{key}_max": worst and worst[key], f"{key}_worst_rank": worst and worst["rank"]}
 
 
 class MetricsLog:
@@ -74,11 +92,14 @@ class MetricsLog:
     def window(self, step: int, loss: float, timer, flops: float | None) -> None:
         n = len(timer.wall)
         width, self.last_logged = n - self.last_logged, n
-        loss = ddp.all_reduce([loss], self.info, self.device)[0] / self.info.world_size
-        rec = {"step": step, "loss": loss}
-        if width >= 2:
-            s = timer.summary(skip=n - width)
+        s = timer.summary(skip=n - width) if width >= 2 else None
+        rows = ddp.gather([loss, s.starvation if s else math.nan], self.info, self.device)  # one collective
+        rec = {"step": step, "loss": sum(r[0] for r in rows) / len(rows)}
+        if s is not None:
             rec |= self._rates(s, flops)
+            if self.info.enabled:  # every step waits for the slowest rank: its starvation idles every GPU
+                ranks = [{"rank": r, "starvation": row[1]} for r, row in enumerate(rows)]
+                rec |= merged(ranks, "starvation")
         if self.file is None:
             return
         self.file.write(json.dumps(rec) + "\n")
@@ -87,11 +108,16 @@ class MetricsLog:
             for key, tag in BOARD_TAGS.items():
                 if key in rec:
                     self.board.add_scalar(tag, rec[key], step)
-        if width >= 2:
+        if s is not None:
+            worst = ""
+            if self.info.enabled:
+                mean, r, top = rec["starvation_mean"], rec["starvation_worst_rank"], rec["starvation_max"]
+                worst = f" (mean {mean:.1%}, worst rank {r}: {top:.1%})"
             self.write(
-                f"step {step}: loss {loss:.4f}, {rec['images_per_s']:.0f} img/s, wait {rec['wait_median_ms']:.1f} ms, "
-                f"starved {100 * rec['starvation']:.1f}%, {rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, "
-                f"mem {rec['memory_gib']:.2f} GiB"
+                f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} img/s, wait "
+                f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{worst}, "
+                f"{rec['tflops']:.1f} TFLOP/s, MFU "
+                f"{100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             )
 
     def _rates(self, s, flops: float | None) -> dict:
@@ -117,25 +143,28 @@ class MetricsLog:
 
             self.board.add_image("samples", np.asarray(Image.open(path).convert("RGB")), step, dataformats="HWC")
 
-    def final(self, timer, flops: float | None) -> dict:
-        """Timing figures over the measured steps, merged across ranks (sum of rates, worst starvation)."""
+    def final(self, timer, flops: float | None, checksum: float) -> dict:
+        """Timing figures over the measured steps. Rates add up over ranks; starvation and host_behind are this
+        rank's, with their mean over ranks and the worst rank beside them; `ranks` holds every rank's own figures."""
         n = len(timer.wall)
-        if n < 2:
-            figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
-        else:
-            s = timer.summary(skip=max(0, min(self.cfg.timing_warmup, n - 2)))
+        s = timer.summary(skip=max(0, min(self.cfg.timing_warmup, n - 2))) if n >= 2 else None
+        own = [math.nan] * 4
+        if s is not None:
+            behind = math.nan if s.host_behind is None else s.host_behind
+            own = [self.cfg.batch_size * s.steps / s.wall_s, s.starvation, behind, s.wait_median_ms]
+        ranks = [dict(zip(RANK_FIGURES, _none(row)), rank=r) for r, row in
+                 enumerate(ddp.gather([*own, checksum], self.info, self.device))]  # fmt: skip
+        figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
+        if s is not None:
             rates = self._rates(s, flops)
-            own = self.cfg.batch_size * s.steps / s.wall_s
-            total = ddp.all_reduce([own], self.info, self.device, "sum")[0]
-            worst = ddp.all_reduce([s.starvation], self.info, self.device, "max")[0]
             figures = {
-                "samples_per_s": total,
-                "starvation": s.to_dict() | {"starvation_max": worst},
+                "samples_per_s": sum(r["samples_per_s"] for r in ranks),
+                "starvation": s.to_dict() | merged(ranks, "starvation") | merged(ranks, "host_behind"),
                 "tflops": rates["tflops"],
                 "mfu": rates["mfu"],
             }
         mem = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.cuda else 0.0
-        return figures | {"peak_tflops": self.peak or 0.0, "peak_memory_gib": mem}
+        return figures | {"peak_tflops": self.peak or 0.0, "peak_memory_gib": mem, "ranks": ranks}
 
     def close(self) -> None:
         self.bar.close()

@@ -76,13 +76,13 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     picked = [None]
     if info.main:
-        picked = [ask_bench(cfg, model, device)]
+        picked = [ask_bench(cfg, model, device, info.world_size)]
     if info.enabled:
         torch.distributed.broadcast_object_list(picked, src=0)
     return picked[0]
 
 
-def ask_bench(cfg: TrainConfig, model: str, device: str) -> LoaderChoice:
+def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1) -> LoaderChoice:
     """`bench fastest --json` in a child process, as a user would run it: bench runs training loops to measure
     loaders, so training talks to bench through its command line, never by importing it (no import cycle). The
     child's progress (a short bench when there are no results) goes to this process's stderr."""
@@ -90,8 +90,8 @@ def ask_bench(cfg: TrainConfig, model: str, device: str) -> LoaderChoice:
     import sys
 
     cmd = [sys.executable, "-m", "bench", "fastest", "--json", "--data", str(cfg.data), "--model", model,
-           "--batch-size", str(cfg.batch_size), "--device", device, "--precision", cfg.precision,
-           "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
+           "--batch-size", str(cfg.batch_size), "--nproc", str(world_size), "--device", device,
+           "--precision", cfg.precision, "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if out.returncode != 0:
         raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "

@@ -45,6 +45,10 @@ def lines(rec: dict) -> list[str]:
     s = rec.get("starvation") or {}
     waiting = "the GPU idle waiting for data" if str(device).startswith("cuda") else "training blocked on data"
     starved = f"starvation {s['starvation']:.1%} ({waiting})" if "starvation" in s else "too few steps to time"
+    world = cfg.get("world_size", 1)
+    if world > 1 and s.get("starvation_mean") is not None:  # rank 0's own figure above; every step waits for the worst
+        starved = (f"starvation on rank 0 {s['starvation']:.1%}, mean over {world} ranks {s['starvation_mean']:.1%}, "
+                   f"worst rank {s['starvation_worst_rank']} {s['starvation_max']:.1%} ({waiting})")  # fmt: skip
     loss = f"loss {rec['final_loss']:.4f}" + (f" (first step {rec['first_loss']:.4f})" if rec.get("first_loss") else "")
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
     out = [
@@ -55,6 +59,9 @@ def lines(rec: dict) -> list[str]:
     if str(device).startswith("cuda"):  # on CPU the FLOP rate and device memory say nothing about feeding a GPU
         mfu = f", MFU {rec['mfu']:.0%}" if rec.get("mfu") else ""
         out.append(f"compute: {rec['tflops']:.1f} TFLOP/s{mfu}, peak memory {rec['peak_memory_gib']:.2f} GiB")
+        if s.get("host_behind_mean") is not None:  # near 1: the host starts steps late, launch-bound
+            out.append(f"host behind the GPU on {s['host_behind_mean']:.0%} of the steps (mean over ranks), worst rank "
+                       f"{s['host_behind_worst_rank']} {s['host_behind_max']:.0%}")  # fmt: skip
     files = rec.get("files", {})
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")

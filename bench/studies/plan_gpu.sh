@@ -14,6 +14,8 @@
 #   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
 #   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
 #   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
+#   bash bench/studies/plan_gpu.sh scale       # weak scaling: 1, 2, 4, 8 GPUs (as many as present), b128 per GPU
+#   bash bench/studies/plan_gpu.sh strong      # strong scaling: the same at a global batch of 512
 #
 # Grids, 2 repeats each (median and range; every repeat measures its own data-free rate):
 # - f1: every backend x workers 0,4,8,16 x pin_memory on/off: 24 loader configurations + data-free = 52 runs,
@@ -23,6 +25,13 @@
 #   by up to +-13%, see docs/BENCHMARKS.md), every backend present, 3 workers (+ the training process: the 4 cores),
 #   600 measured steps. f3: audio, ddpm_audio_mel b128 on 4 cores, compiled, the same backends, 120 measured steps.
 #   f3eager: the audio model eager, its data-free rate against the compiled one of f3, on the same machine.
+# - scale (a host of 2-8 GPUs): ddpm_cifar10 b128 per GPU, bf16, compiled, --nproc 1,2,4,8 (those the host has), the
+#   fastest backend of f1 (gpu; SCALE_BACKENDS to change) and the torch baseline, 4 workers pinned, at --cpus 2 and 4
+#   per rank and all cores shared, 200 measured steps, 2 repeats. Not yet run: at ~40 s a run (f1's, plus ~10 s of
+#   torchrun's start) 4 rank counts x 3 core budgets x (2 loaders + data-free) x 2 repeats = 72 runs, ~50 min, 6
+#   calls on 8 GPUs; a --cpus budget the host cannot give every rank (8 x 4 > cores) is left out, not failed.
+# - strong: the same loaders at --cpus 4 and all cores, a global batch of 512 (512, 256, 128, 64 per GPU): 48 runs,
+#   ~32 min. The goal: 8 GPUs >= 7.3x one (weak), and where a smaller per-GPU batch stops the scaling (strong).
 #   DALI is in the grids only where it is installed (the machine may carry only the smaller extras).
 # Set-up: the package with its extras (ffcv, dali, audio) and the two dataset archives in ../shared/datasets,
 # shared/datasets, .devdata or /work/shared/datasets. torch.compile is paid once per host: runs share
@@ -35,7 +44,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit soak soakwait fastest xcheck gputest)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit soak soakwait fastest xcheck gputest scale strong)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -85,8 +94,10 @@ bench() {
         log=$(mktemp)  # also in $OUT, with an archive every minute: a call killed at its limit still brings them back
         ( while sleep 60; do tar czf "$OUT/.$name.tgz" --exclude=traces -C "$RESULTS" "$name" \
             && mv "$OUT/.$name.tgz" "$OUT/$name.tgz"; done ) &
+        local size=(--batch-size "$batch")
+        [[ " $* " != *" --global-batch "* ]] || size=()  # strong scaling: the batch per GPU follows the rank count
         $PY -m bench loaders --device cuda --no-progress --resume --out "$RESULTS/$name" --data "$DATA/$data" \
-            --model "$model" --batch-size "$batch" --time-limit "$left" "$@" 2>&1 \
+            --model "$model" "${size[@]}" --time-limit "$left" "$@" 2>&1 \
             | tee -a "$log" "$OUT/$name.log" || status=$?
         kill $! 2>/dev/null || true
         [ $status = 0 ] && ! grep -q "configurations not started" "$log" && complete=1
@@ -157,6 +168,27 @@ soak_wait() {  # until the soak ends or this call's minutes are spent, archiving
 }
 
 CIFAR=(--compile --precision bf16)
+GPUS=$($PY -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+CORES=$($PY -c "import os; print(len(os.sched_getaffinity(0)))")
+ranks() {  # the rank counts of 1,2,4,8 this host has GPUs for, and (given C) cores for at C per rank
+    local n out="" per=${1:-0}
+    for n in 1 2 4 8; do
+        [ "$n" -le "$GPUS" ] && [ $((n * per)) -le "$CORES" ] && out+="${out:+,}$n"
+    done
+    echo "$out"
+}
+# scaling STEP "CPUS..." ARGS...: one grid per core budget (cores per rank, or all shared), each its own directory
+scaling() {
+    local name=$1 budgets=$2 cpus n
+    shift 2
+    for cpus in $budgets; do
+        n=$(ranks "$([ $cpus = all ] && echo 0 || echo $cpus)")
+        [ -n "$n" ] || { echo "$name: no GPUs for --cpus $cpus"; continue; }
+        bench "$name-cpus$cpus" cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends "${SCALE_BACKENDS:-gpu,torch}" \
+            --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 2 --nproc "$n" \
+            $([ $cpus = all ] || echo --cpus $cpus) "$@"
+    done
+}
 F1=(--backends torch,hdf5,ffcv,dali,gpu --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2)
 for STEP in "$@"; do
     case $STEP in
@@ -191,6 +223,8 @@ for STEP in "$@"; do
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, soak, soakwait, fastest, xcheck or gputest" >&2; exit 2 ;;
+        scale) prep; scaling scale "2 4 all" ;;
+        strong) prep; scaling strong "4 all" --global-batch 512 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, soak, soakwait, fastest, xcheck, gputest, scale or strong" >&2; exit 2 ;;
     esac
 done
