@@ -273,7 +273,9 @@ def test_tensorboard_scalars_follow_the_progress_line(tmp_path):
     board.Reload()
     starved = board.Scalars("speed/starvation")
     assert [e.step for e in starved] == [10, 20]
-    assert all(e.value == pytest.approx(W / (W + C), abs=0.05) for e in starved)
+    # 10-step windows: one scheduling stall on a busy machine moves a window by ~6 points (the whole run's figure is
+    # held to 2 points above); a share written in percent, or a wrong figure, is still far outside
+    assert all(e.value == pytest.approx(W / (W + C), abs=0.1) for e in starved)
     assert [e.step for e in board.Scalars("speed/images_per_s")] == [10, 20]
 
 
