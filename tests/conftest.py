@@ -52,3 +52,20 @@ def cifar_small(cifar_jpg_root, tmp_path_factory) -> Path:
 def fsdd_root(tmp_path_factory) -> Path:
     """The real spoken-digit clips: ROOT/recordings/<digit>_<speaker>_<n>.wav."""
     return _unpack("fsdd-wav.tar.gz", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def synthetic_hdf5(tmp_path_factory):
+    """synthetic_hdf5(n): a directory of n synthetic 32x32 images in HDF5, converted once per n for the session."""
+    from dataprep.convert import ConvertConfig, convert
+
+    made: dict[int, Path] = {}
+
+    def make(count: int) -> Path:
+        if count not in made:
+            made[count] = tmp_path_factory.mktemp("synthetic") / f"hdf5-{count}"
+            convert(ConvertConfig(output=made[count], source="synthetic-images", limit=count, formats=("hdf5",),
+                                  workers=1, progress=False))  # fmt: skip
+        return made[count]
+
+    return make

@@ -17,13 +17,8 @@ from bench.job import expand
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("ranks") / "img"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=128, formats=("hdf5",), workers=1,
-                          progress=False))  # fmt: skip
-    return out
+def data(synthetic_hdf5) -> Path:
+    return synthetic_hdf5(128)
 
 
 def args(data: Path, out: Path, *extra: str) -> list[str]:

@@ -510,14 +510,8 @@ def test_accelerate_prepared_loader_is_measured_once(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_hdf5(tmp_path_factory) -> Path:
-    """64 synthetic 32x32 images in HDF5."""
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("watch-hdf5") / "synth"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=64, formats=("hdf5",), workers=1,
-                          progress=False))  # fmt: skip
-    return out
+def small_hdf5(synthetic_hdf5) -> Path:
+    return synthetic_hdf5(64)
 
 
 GPUFEED_PROGRAM = r"""

@@ -23,13 +23,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("ddp") / "set"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=64, formats=("hdf5",), workers=1,
-                          progress=False))  # fmt: skip
-    return out
+def data(synthetic_hdf5) -> Path:
+    return synthetic_hdf5(64)
 
 
 def train_args(data: Path, out: Path, steps: int, device: str = "cpu", *extra: str, precision="fp32") -> list[str]:
