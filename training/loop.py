@@ -117,13 +117,10 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
 
     net = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
-    # Compiled under DDP, the DDP wrapper is compiled (not DDP around a compiled module): Dynamo's DDPOptimizer then
-    # splits the graph at DDP's gradient-bucket boundaries (25 MB: ~6 pieces for ddpm_cifar10's 143 MB of fp32
-    # gradients), so each bucket's all-reduce starts while the backward of the earlier layers still runs. With
-    # "reduce-overhead" each piece becomes its own CUDA graph and the all-reduces stay outside them, launched eagerly
-    # by DDP's reducer hooks between the graphs: NCCL collectives are never captured in a graph (Dynamo cannot trace
-    # them into one). The step keeps most of the launch savings and its compute/communication overlap; a test runs it
-    # on two GPUs (tests/test_training_ddp.py), `compile_mode default` is the fall-back should a torch version break it
+    # Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
+    # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
+    # graph and the NCCL all-reduces run eagerly between them (collectives are never captured). Not yet run on GPUs
+    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back
     if cfg.compile:
         net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
 
