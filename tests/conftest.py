@@ -55,17 +55,18 @@ def fsdd_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def synthetic_hdf5(tmp_path_factory):
-    """synthetic_hdf5(n): a directory of n synthetic 32x32 images in HDF5, converted once per n for the session."""
+def synthetic_images(tmp_path_factory):
+    """synthetic_images(n, formats): a directory of n synthetic 32x32 images, converted once per (n, formats)."""
     from dataprep.convert import ConvertConfig, convert
 
-    made: dict[int, Path] = {}
+    made: dict[tuple, Path] = {}
 
-    def make(count: int) -> Path:
-        if count not in made:
-            made[count] = tmp_path_factory.mktemp("synthetic") / f"hdf5-{count}"
-            convert(ConvertConfig(output=made[count], source="synthetic-images", limit=count, formats=("hdf5",),
+    def make(count: int, formats: tuple[str, ...] = ("hdf5",)) -> Path:
+        key = (count, formats)
+        if key not in made:
+            made[key] = tmp_path_factory.mktemp("synthetic") / f"{'-'.join(formats)}-{count}"
+            convert(ConvertConfig(output=made[key], source="synthetic-images", limit=count, formats=formats,
                                   workers=1, progress=False))  # fmt: skip
-        return made[count]
+        return made[key]
 
     return make

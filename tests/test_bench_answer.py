@@ -16,13 +16,8 @@ from bench.report import header
 
 
 @pytest.fixture(scope="module")
-def image_data(tmp_path_factory) -> Path:
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("answer") / "img"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=128, formats=("files", "hdf5"), workers=1,
-                          progress=False))  # fmt: skip
-    return out
+def image_data(synthetic_images) -> Path:
+    return synthetic_images(128, ("files", "hdf5"))
 
 
 @pytest.mark.slow

@@ -26,13 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def image_data(tmp_path_factory) -> Path:
-    from dataprep.convert import ConvertConfig, convert
-
-    out = tmp_path_factory.mktemp("fail") / "img"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=1024, formats=("files", "hdf5"), workers=1,
-                          progress=False))  # fmt: skip
-    return out
+def image_data(synthetic_images) -> Path:
+    return synthetic_images(1024, ("files", "hdf5"))
 
 
 def interfere(out: Path, actions: dict[str, signal.Signals], stop: threading.Event) -> None:

@@ -17,8 +17,8 @@ from bench.job import expand
 
 
 @pytest.fixture(scope="module")
-def data(synthetic_hdf5) -> Path:
-    return synthetic_hdf5(128)
+def data(synthetic_images) -> Path:
+    return synthetic_images(128)
 
 
 def args(data: Path, out: Path, *extra: str) -> list[str]:

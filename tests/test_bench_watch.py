@@ -510,8 +510,8 @@ def test_accelerate_prepared_loader_is_measured_once(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def small_hdf5(synthetic_hdf5) -> Path:
-    return synthetic_hdf5(64)
+def small_hdf5(synthetic_images) -> Path:
+    return synthetic_images(64)
 
 
 GPUFEED_PROGRAM = r"""

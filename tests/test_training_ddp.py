@@ -23,8 +23,8 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 @pytest.fixture(scope="module")
-def data(synthetic_hdf5) -> Path:
-    return synthetic_hdf5(64)
+def data(synthetic_images) -> Path:
+    return synthetic_images(64)
 
 
 def train_args(data: Path, out: Path, steps: int, device: str = "cpu", *extra: str, precision="fp32") -> list[str]:
