@@ -116,8 +116,7 @@ class MetricsLog:
             self.write(
                 f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} img/s, wait "
                 f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{worst}, "
-                f"{rec['tflops']:.1f} TFLOP/s, MFU "
-                f"{100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
+                f"{rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             )
 
     def _rates(self, s, flops: float | None) -> dict:
