@@ -50,8 +50,9 @@ def cli() -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
-            channels, size, overwrite, quiet) -> None:  # fmt: skip
+            channels, size, overwrite, quiet, timings) -> None:  # fmt: skip
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
     from .convert import ConvertConfig
     from .convert import convert as run
@@ -59,7 +60,7 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
     cfg = ConvertConfig(
         output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,
         on_bad_file=on_bad_file, sample_rate=sample_rate, clip_seconds=clip_seconds, channels=channels,
-        size=size, progress=not quiet, overwrite=overwrite,
+        size=size, progress=not quiet, overwrite=overwrite, timings=timings,
     )  # fmt: skip
     manifest = _guard(run, cfg)
     click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")

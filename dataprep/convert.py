@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -18,11 +19,12 @@ from pathlib import Path
 from . import __version__
 from .digest import SampleDigest, file_sha256
 from .formats import expand, writer_class
-from .formats.base import DatasetMeta
+from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
 from .parallel import available_cores, ordered_map
 from .sources import AudioSpec, Chunk, build_source
 from .sources.images import RESIZE_METHOD
+from .timings import Timings, cpu_seconds
 from .workdir import Workdir
 
 ENCODE_BYTES = 1 << 20  # samples per encoding task: ~1 MiB, so 4 tasks per worker in flight stay small
@@ -52,63 +54,106 @@ class ConvertConfig:
     size: int | None = None  # images: shorter side to size, centre crop size x size (see dataprep.sources.images)
     progress: bool = True
     overwrite: bool = False
+    timings: bool = False  # print where the time went (the manifest keeps it either way)
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
 
 
 def convert(cfg: ConvertConfig) -> dict:
-    """Convert `cfg.input` into every format in `cfg.formats`; return the manifest."""
+    """Convert `cfg.input` into every format in `cfg.formats`; return the manifest (its "timings" say where the
+    time went)."""
     from tqdm import tqdm
 
+    t0, cpu0 = time.perf_counter(), cpu_seconds()
     if cfg.on_bad_file not in ("error", "skip"):
         raise ConvertError(f"on_bad_file must be 'error' or 'skip', not {cfg.on_bad_file!r}")
     if cfg.size is not None and cfg.size < 1:
         raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
-    source = build_source(
-        cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
-    )
-    work = Workdir(Path(cfg.output), cfg.overwrite)
-    for line in work.removed:
-        print(line, file=sys.stderr)
-    tmp = work.tmp
-    writers, digest, skipped = {}, SampleDigest(), []
-    total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
+    times = Timings()
+    early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
+    writers, digest, skipped, work = {}, SampleDigest(), [], None
     try:
+        with times.timed("list the input"):
+            source = build_source(
+                cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
+            )
+        work = Workdir(Path(cfg.output), cfg.overwrite)
+        for line in work.removed:
+            print(line, file=sys.stderr)
+        tmp = work.tmp
+        total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
             stream = _usable(source.chunks(CHUNK, cfg.on_bad_file, cfg.workers), cfg.limit, skipped)
-            first = next(stream, None)
+            with times.timed("first samples (workers start)"):
+                first = next(stream, None)
             if first is None:
                 raise ConvertError(f"{cfg.input or cfg.source}: no usable samples ({len(skipped)} skipped)")
             meta = _meta(source, first, spec)
-            writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress) for n in names}
-            encoders = {n: w.encoder() for n, w in writers.items() if w.encoder() is not None}
-            blocks = _blocks(chain([first], stream), meta)
-            workers = cfg.workers if encoders else 1
-            for (chunk, _), encoded in ordered_map(partial(_encode, encoders), blocks, workers):
-                for n, w in writers.items():
-                    w.write(chunk, encoded.get(n))
-                digest.update(chunk)
-                bar.update(len(chunk))
-        formats = {n: {"files": _describe_files(tmp, w.finish(), cfg.workers)} for n, w in writers.items()}
+            writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
+            with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
+                _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
+        formats = {}
+        for n, w in writers.items():
+            with times.timed(f"{n}: finish"):
+                formats[n] = {"files": w.finish()}
+            for stage, seconds in w.timings.items():
+                times.add(stage, seconds, f"{n}'s helper process")
+        with times.timed("sha256 of the output files (threads)"):
+            formats = {n: {"files": _describe_files(tmp, f["files"], cfg.workers)} for n, f in formats.items()}
+        if hasattr(source, "decode_cpu_s"):
+            times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         manifest = _manifest(cfg, source, meta, spec, digest, formats, skipped)
+        manifest["timings"] = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu_seconds() - cpu0, 2),
+                               "workers": cfg.workers, "stages": times.as_dict()}  # fmt: skip
         write_json_atomic(tmp / NAME, manifest)
         work.publish()
+        if cfg.timings:
+            print(times.table(manifest["timings"]["wall_s"], manifest["timings"]["cpu_s"]), file=sys.stderr)
         return manifest
     except BaseException as e:
-        work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
-        for w in writers.values():
+        if work is not None:
+            work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
+        for w in [*writers.values(), *(h for h in early.values() if h is not None)]:
             try:
-                w.abort()
+                w.abort() if isinstance(w, FormatWriter) else w.close()
             except Exception:  # the first error is the one to report; nothing written here is kept anyway
                 pass
-        work.discard()
-        if isinstance(e, OSError) and e.errno in FULL:
+        if work is not None:
+            work.discard()
+        if isinstance(e, OSError) and e.errno in FULL and work is not None:
             raise ConvertError(
                 f"{work.out}: {os.strerror(e.errno)} while writing the output; free space or choose another --output "
                 "(nothing was published, the temporary output is removed)"
             ) from None
         raise
+
+
+def _write_all(writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest: SampleDigest, workers: int,
+               times: Timings, bar) -> None:  # fmt: skip
+    """Every sample to every writer, in order; what can run in worker processes (PNG files, tar records) does, and
+    the sample digest runs in a thread beside the writes (hashlib releases the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    encoders = {n: w.encoder() for n, w in writers.items() if w.encoder() is not None}
+    blocks = _blocks(chunks, meta)
+    with ThreadPoolExecutor(1, thread_name_prefix="digest") as hashing:  # one thread: the chunks are hashed in order
+        hashed = []
+        for (chunk, _), (encoded, cpu) in ordered_map(partial(_encode, encoders), blocks, workers if encoders else 1):
+            hashed.append(hashing.submit(_timed, times, "sample digest (a thread)", digest.update, chunk))
+            for n, w in writers.items():
+                with times.timed(f"{n}: write"):
+                    w.write(chunk, encoded.get(n))
+                if n in cpu:
+                    times.add(f"{n}: encode (CPU-s over the workers)", cpu[n], "encoding processes", "cpu")
+            bar.update(len(chunk))
+        for done in hashed:
+            done.result()  # an error in the digest is raised here
+
+
+def _timed(times: Timings, stage: str, fn, *args) -> None:
+    with times.timed(stage):
+        fn(*args)
 
 
 def _usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
@@ -136,9 +181,15 @@ def _blocks(chunks: Iterator[Chunk], meta: DatasetMeta) -> Iterator[tuple[Chunk,
             start += len(part)
 
 
-def _encode(encoders: dict, block: tuple[Chunk, int]) -> dict:
+def _encode(encoders: dict, block: tuple[Chunk, int]) -> tuple[dict, dict]:
+    """Each encoder's result for the block, and the CPU seconds each took (in the worker process)."""
     chunk, start = block
-    return {name: fn(chunk, start) for name, fn in encoders.items()}
+    results, cpu = {}, {}
+    for name, fn in encoders.items():
+        t0 = time.process_time()
+        results[name] = fn(chunk, start)
+        cpu[name] = time.process_time() - t0
+    return results, cpu
 
 
 def _slice(chunk: Chunk, a: int, b: int) -> Chunk:
@@ -158,13 +209,13 @@ def _describe_files(root: Path, entries: list[Path | dict], workers: int) -> lis
     """{"path", "bytes", "sha256"} per file; hashed in threads (hashlib releases the GIL on large buffers)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    def describe(entry: Path | dict) -> dict:
-        if isinstance(entry, dict):
-            return entry
+    def describe(entry: Path) -> dict:
         return {"path": str(entry), "bytes": (root / entry).stat().st_size, "sha256": file_sha256(root / entry)}
 
+    paths = [e for e in entries if not isinstance(e, dict)]
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        return list(pool.map(describe, entries))
+        described = dict(zip(paths, pool.map(describe, paths)))
+    return [e if isinstance(e, dict) else described[e] for e in entries]
 
 
 def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:

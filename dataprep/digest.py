@@ -22,15 +22,14 @@ class SampleDigest:
         self.count = 0
 
     def update(self, chunk: Chunk) -> None:
-        x = np.ascontiguousarray(chunk.x)
-        y = chunk.y.astype("<i8")
-        length = None if chunk.length is None else chunk.length.astype("<i8")
-        for k in range(len(chunk)):
-            parts = [x[k].tobytes(), y[k].tobytes()] + ([] if length is None else [length[k].tobytes()])
-            for part in parts:
-                self.total.update(part)
-                self._current.update(part)
-            self.count += 1
+        records = _records(chunk)
+        start = 0
+        while start < len(records):  # up to the next per-chunk boundary at a time
+            part = records[start : start + self.chunk_size - self.count % self.chunk_size].tobytes()
+            self.total.update(part)
+            self._current.update(part)
+            n = len(part) // records.itemsize
+            start, self.count = start + n, self.count + n
             if self.count % self.chunk_size == 0:
                 self.chunks.append(self._current.hexdigest())
                 self._current = hashlib.sha256()
@@ -41,6 +40,19 @@ class SampleDigest:
             chunks.append(self._current.hexdigest())
         return {"algorithm": "sha256", "chunk_size": self.chunk_size, "total": self.total.hexdigest(),
                 "chunks": chunks, "count": self.count}  # fmt: skip
+
+
+def _records(chunk: Chunk) -> np.ndarray:
+    """The samples as one packed array whose bytes are, per sample, x then y (then length): what the digest hashes,
+    in two updates per chunk instead of two or three per sample."""
+    x = np.ascontiguousarray(chunk.x)
+    fields = [("x", x.dtype, x.shape[1:]), ("y", "<i8")]
+    fields += [] if chunk.length is None else [("length", "<i8")]
+    records = np.empty(len(chunk), np.dtype(fields))  # packed: numpy adds no padding unless asked to align
+    records["x"], records["y"] = x, chunk.y
+    if chunk.length is not None:
+        records["length"] = chunk.length
+    return records
 
 
 def file_sha256(path: Path, block: int = 1 << 20) -> str:

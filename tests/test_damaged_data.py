@@ -24,7 +24,7 @@ from loaders import BACKENDS, LoaderError, build_loader
 REPO = Path(__file__).resolve().parents[1]
 # the files each backend reads: what the tests damage
 TARGETS = {
-    "torch": ["files/000/00000007.png", "files/index.csv"],
+    "torch": ["files/00000/00000007.png", "files/index.csv"],
     "hdf5": ["data.h5"],
     "gpu": ["data.h5"],
     "ffcv": ["data.beton"],

@@ -5,6 +5,10 @@ left at its default, the cores it may use), timed from launch to exit, the tree 
     python -m bench.studies.conversion_speed --input cifar10-jpg --scratch /tmp/conv --cores all,2 \\
         --out bench/results/conversion_speed.json
 
+Each run also keeps the stages the conversion timed itself (the manifest's "timings", `dataprep convert --timings`).
+`--machine` first measures what no conversion controls: how long importing FFCV takes in a fresh process, and how
+fast the file system creates small files from 1 to N processes, in one directory and in one directory each.
+
 The scratch directory is replaced by each run; the JSON holds every run, the hardware, versions, commit and command."""
 
 from __future__ import annotations
@@ -39,9 +43,48 @@ def convert_once(src: Path, scratch: Path, cores: int, formats: str, extra: list
         raise SystemExit(f"conversion on {cores} cores failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     figures = mon.figures(t0, t0 + wall)
+    timings = json.loads((scratch / "manifest.json").read_text()).get("timings")
     return {"cores": cores, "formats": formats, "wall_s": round(wall, 2), "cpu_s": round(mon.samples[-1].cpu_s, 1),
             "user_s": round(after.ru_utime - before.ru_utime, 1), "sys_s": round(after.ru_stime - before.ru_stime, 1),
-            "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0), "output": proc.stdout.strip()}  # fmt: skip
+            "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0), "output": proc.stdout.strip(),
+            "timings": timings}  # fmt: skip
+
+
+def import_seconds(module: str) -> float:
+    """Wall seconds of `import module` in a fresh interpreter (FFCV compiles with numba as it is imported)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+    return round(time.perf_counter() - t0, 2)
+
+
+def _create(folder: str, count: int, size: int = 2500) -> float:
+    os.makedirs(folder, exist_ok=True)
+    data, t0 = os.urandom(size), time.process_time()
+    for i in range(count):
+        with open(f"{folder}/{os.getpid()}-{i:08d}.png", "wb") as f:
+            f.write(data)
+    return time.process_time() - t0
+
+
+def file_creation(scratch: Path, processes: list[int], total: int = 50000) -> list[dict]:
+    """`total` files of 2.5 KB (a CIFAR PNG) created by P processes, in one shared directory and in one each."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    for p in processes:
+        for shared in (True, False):
+            shutil.rmtree(scratch, ignore_errors=True)
+            folders = [str(scratch / ("all" if shared else f"p{k}")) for k in range(p)]
+            with ProcessPoolExecutor(p) as pool:
+                t0 = time.perf_counter()
+                cpu = sum(pool.map(_create, folders, [total // p] * p))
+                wall = time.perf_counter() - t0
+            out.append({"processes": p, "one_directory": shared, "files": total // p * p, "wall_s": round(wall, 2),
+                        "cpu_s": round(cpu, 1), "us_per_file": round(wall / total * 1e6, 1)})  # fmt: skip
+            print(f"file creation: {p:>2} processes, {'one directory' if shared else 'one each'}: "
+                  f"{wall:.2f} s, {cpu:.1f} CPU-s", flush=True)  # fmt: skip
+    shutil.rmtree(scratch, ignore_errors=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -51,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cores", default="all", help="comma list of core counts, or all (the cores this process may use)")
     p.add_argument("--formats", default="all", help="`--format` values separated by ;, each timed alone")
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--machine", action="store_true", help="first: FFCV's import time and file creation speed")
     p.add_argument("--out", type=Path, help="JSON to write")
     p.add_argument("extra", nargs="*", help="more `dataprep convert` options, after --")
     args = p.parse_args(argv)
@@ -58,6 +102,11 @@ def main(argv: list[str] | None = None) -> None:
     counts = [here if c == "all" else int(c) for c in args.cores.split(",")]
     if max(counts) > here:
         raise SystemExit(f"--cores asks for {max(counts)} cores; this process may use {here}")
+    machine = None
+    if args.machine:
+        machine = {"import_ffcv_s": [import_seconds("ffcv.writer") for _ in range(2)],
+                   "file_creation": file_creation(args.scratch, sorted({1, 4, here}))}  # fmt: skip
+        print(f"import ffcv.writer: {machine['import_ffcv_s']} s", flush=True)
     runs = []
     for r in range(args.repeats):
         for cores in counts:
@@ -72,7 +121,8 @@ def main(argv: list[str] | None = None) -> None:
     shutil.rmtree(args.scratch, ignore_errors=True)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"run": run_record(device="cpu"), "runs": runs}, indent=1))
+        record = {"run": run_record(device="cpu"), "runs": runs} | ({"machine": machine} if machine else {})
+        args.out.write_text(json.dumps(record, indent=1))
 
 
 if __name__ == "__main__":

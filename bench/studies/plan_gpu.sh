@@ -8,7 +8,9 @@
 #   bash bench/studies/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
 #   bash bench/studies/plan_gpu.sh f2 f3 f3eager  # tiny b512 --cpus 4 compiled; spoken-digit audio, ddpm_audio_mel b128
 #                                              # --cpus 4 compiled; the audio model's data-free rate eager, beside it
-#   bash bench/studies/plan_gpu.sh conv        # dataprep convert of the 50,000 real CIFAR-10 JPEGs on all cores and on 2
+#   bash bench/studies/plan_gpu.sh conv convsplit  # dataprep convert of the 50,000 real CIFAR-10 JPEGs on all cores
+#                                              # and on 2 (FFCV's import and file creation alone first), each format alone
+#   bash bench/studies/plan_gpu.sh convspy     # the same conversion under py-spy, every process sampled
 #   bash bench/studies/plan_gpu.sh soak        # start the 20-minute run of docs/RELIABILITY.md detached, and return
 #   bash bench/studies/plan_gpu.sh soakwait    # wait for it within this call's minutes; repeat until "soak: complete"
 #   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
@@ -27,7 +29,7 @@
 #   f3eager: the audio model eager, its data-free rate against the compiled one of f3, on the same machine.
 # - scale (a host of 2-8 GPUs): ddpm_cifar10 b128 per GPU, bf16, compiled, --nproc 1,2,4,8 (those the host has), the
 #   fastest backend of f1 (gpu; SCALE_BACKENDS to change) and the torch baseline, 4 workers pinned, at --cpus 2 and 4
-#   per rank and all cores shared, 200 measured steps, 2 repeats. Not yet run: at ~40 s a run (f1's, plus ~10 s of
+#   per rank and all cores shared (SCALE_CPUS="2 4 all" to change), 200 measured steps, 2 repeats. Not yet run: at ~40 s a run (f1's, plus ~10 s of
 #   torchrun's start) 4 rank counts x 3 core budgets x (2 loaders + data-free) x 2 repeats = 72 runs, ~50 min, 6
 #   calls on 8 GPUs; a --cpus budget the host cannot give every rank (8 x 4 > cores) is left out, not failed.
 # - strong: the same loaders at --cpus 4 and all cores, a global batch of 512 (512, 256, 128, 64 per GPU): 48 runs,
@@ -44,7 +46,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit soak soakwait fastest xcheck gputest scale strong)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest scale strong)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -126,18 +128,27 @@ conv_input() {
     mkdir -p "$RESULTS/conv" "$OUT"
 }
 
-conv() {  # 50,000 real CIFAR-10 train JPEGs to every format, pinned to all cores (twice) and to 2
-    conv_input
-    $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all,2 \
-        --repeats 2 --out "$RESULTS/conv/conversion_speed.json" | tee "$OUT/conv.log"
+conv() {  # 50,000 real CIFAR-10 train JPEGs: FFCV's import and file creation alone, then every format on all cores
+    conv_input  # (twice) and on 2, then each format alone on all cores: the stages each run timed are in the JSON
+    $PY -m bench.studies.conversion_speed --machine --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" \
+        --cores all,2 --repeats 2 --out "$RESULTS/conv/conversion_speed.json" | tee "$OUT/conv.log"
     cp "$RESULTS/conv/conversion_speed.json" "$OUT/"
 }
 
-convsplit() {  # where the time goes on all cores: the PNG files alone, the other three formats alone
+convsplit() {  # where the time goes on all cores: each format alone
     conv_input
     $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all \
-        --formats "files;hdf5,ffcv,dali" --out "$RESULTS/conv/conversion_split.json" | tee "$OUT/convsplit.log"
+        --formats "files;hdf5;ffcv;dali" --out "$RESULTS/conv/conversion_split.json" | tee "$OUT/convsplit.log"
     cp "$RESULTS/conv/conversion_split.json" "$OUT/"
+}
+
+convspy() {  # one conversion of every format on all cores under py-spy (wheel in .devtools), every process sampled
+    conv_input
+    $PY -m pip install -q --no-index --no-deps --target /tmp/pyspy .devtools/py_spy-*.whl
+    rm -rf "$DATA/conv-scratch"
+    /tmp/pyspy/bin/py-spy record -s -t -r 50 -f raw -o "$OUT/conv-pyspy.txt" -- $PY -m dataprep convert \
+        --input "$DATA/raw/cifar" --output "$DATA/conv-scratch" --quiet --timings 2>&1 | tee "$OUT/convspy.log"
+    gzip -f "$OUT/conv-pyspy.txt"
 }
 
 SOAK=$RESULTS/soak
@@ -207,6 +218,7 @@ for STEP in "$@"; do
                 --repeats 2 ;;
         conv) conv ;;
         convsplit) convsplit ;;
+        convspy) convspy ;;
         soak) prep; soak_start ;;
         soakwait) soak_wait ;;
         fastest) mkdir -p "$OUT"
@@ -223,8 +235,8 @@ for STEP in "$@"; do
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
-        scale) prep; scaling scale "2 4 all" ;;
-        strong) prep; scaling strong "4 all" --global-batch 512 ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, soak, soakwait, fastest, xcheck, gputest, scale or strong" >&2; exit 2 ;;
+        scale) prep; scaling scale "${SCALE_CPUS:-2 4 all}" ;;
+        strong) prep; scaling strong "${SCALE_CPUS:-4 all}" --global-batch 512 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, scale or strong" >&2; exit 2 ;;
     esac
 done

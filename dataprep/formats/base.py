@@ -37,8 +37,17 @@ class DatasetMeta:
 class FormatWriter(ABC):
     """Writes one format into `out_dir` (the temporary conversion directory)."""
 
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+    def __init__(
+        self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early: Any = None
+    ) -> None:
         self.out_dir, self.meta, self.workers, self.progress = Path(out_dir), meta, workers, progress
+        self.timings: dict[str, float] = {}  # seconds of stages that ran in the writer's own helper processes
+
+    @classmethod
+    def start_early(cls) -> Any:
+        """Set-up that needs no samples and takes seconds (importing FFCV), started before the input is read and
+        handed to the writer as `early`; None when there is none. Whatever it returns has a `close()`."""
+        return None
 
     def encoder(self) -> Callable[[Chunk, int], Any] | None:
         """The per-sample work that can run in worker processes, or None: a picklable `fn(chunk, first_index)` whose

@@ -37,11 +37,13 @@ def data_ext(kind: str) -> str:
     return "rgb" if kind == "image" else "pcm"
 
 
-def encode_tar_records(kind: str, chunk: Chunk, start: int) -> list[tuple[bytes, list[str]]]:
-    """Per sample: its tar members (header, data, padding) as one blob, and its index entries with offsets relative
-    to the blob. Runs in worker processes; the headers are tarfile's own, so a shard is what tarfile would write."""
+def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list[str]]:
+    """The chunk's tar members (header, data, padding per member) as one blob, and per sample its index line. Runs in
+    worker processes; the headers are tarfile's own, so a shard is what tarfile would write. Every sample's record has
+    the same size (fixed-shape samples, 512-byte headers), so sample j starts at (j % SHARD_SAMPLES) records into its
+    shard and the worker writes the final offsets: the converting process only copies bytes and lines."""
     ext = data_ext(kind)
-    records = []
+    blob, lines = bytearray(), []
     for k in range(len(chunk)):
         key = f"{start + k:08d}"
         parts = [
@@ -50,19 +52,21 @@ def encode_tar_records(kind: str, chunk: Chunk, start: int) -> list[tuple[bytes,
         ]
         if chunk.length is not None:
             parts.append((f"{key}.len", np.int64(chunk.length[k]).tobytes()))
-        blob, index = bytearray(), []
+        record, entries = bytearray(), []
         for name, data in parts:
             info = tarfile.TarInfo(name)
             info.size = len(data)
-            blob += info.tobuf(tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape")
-            index.append(f"{name.rsplit('.', 1)[1]} {len(blob)} {len(data)} {name}")
-            blob += data + bytes(-len(data) % tarfile.BLOCKSIZE)
-        records.append((bytes(blob), index))
-    return records
+            record += info.tobuf(tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape")
+            entries.append((name.rsplit(".", 1)[1], len(record), len(data), name))
+            record += data + bytes(-len(data) % tarfile.BLOCKSIZE)
+        at = (start + k) % SHARD_SAMPLES * len(record)
+        lines.append(" ".join(f"{e} {at + offset} {size} {name}" for e, offset, size, name in entries))
+        blob += record
+    return bytes(blob), lines
 
 
 class DaliWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
@@ -88,16 +92,19 @@ class DaliWriter(FormatWriter):
     def encoder(self):
         return partial(encode_tar_records, self.meta.kind)
 
-    def write(self, chunk: Chunk, encoded: list | None = None) -> None:
-        if encoded is None:
-            encoded = encode_tar_records(self.meta.kind, chunk, self.count)
-        for blob, entries in encoded:
+    def write(self, chunk: Chunk, encoded: tuple[bytes, list[str]] | None = None) -> None:
+        blob, lines = encoded or encode_tar_records(self.meta.kind, chunk, self.count)
+        size = len(blob) // max(1, len(chunk))  # one sample's record: the same for every sample
+        i, view = 0, memoryview(blob)
+        while i < len(chunk):  # up to the next shard boundary at a time
             if self.count % SHARD_SAMPLES == 0:
                 self._open_shard()
-            self.index.append(" ".join(_shift(e, self.offset) for e in entries))
-            self.tar.write(blob)
-            self.offset += len(blob)
-            self.count += 1
+            n = min(len(chunk) - i, SHARD_SAMPLES - self.count % SHARD_SAMPLES)
+            self.tar.write(view[i * size : (i + n) * size])
+            self.index += lines[i : i + n]
+            self.offset += n * size
+            self.count += n
+            i += n
 
     def finish(self) -> list[Path]:
         self._close_shard()
@@ -106,11 +113,6 @@ class DaliWriter(FormatWriter):
     def abort(self) -> None:
         if self.tar is not None:
             self.tar.close()
-
-
-def _shift(entry: str, offset: int) -> str:
-    ext, at, rest = entry.split(" ", 2)
-    return f"{ext} {int(at) + offset} {rest}"
 
 
 def shard_paths(data_dir: Path) -> tuple[list[str], list[str]]:

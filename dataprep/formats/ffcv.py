@@ -9,6 +9,7 @@ pages count as resident memory)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -151,17 +152,19 @@ _REPORT = None  # the helper's pipe to the converting process, set in _serve
 
 def _report(failure: BaseException) -> None:
     if _REPORT is not None:
-        _REPORT.send(failure)
+        _REPORT.send((failure, {}))
 
 
 def _serve(conn, parent: int) -> None:
     """The helper process: import FFCV now (seconds: numba compiles at import) while the samples are decoded, then
-    write the .beton when asked. It ends when the converting process does (its pipe closes)."""
+    write the .beton when asked and answer (failure or None, {stage: seconds}). It ends when the converting process
+    does (its pipe closes)."""
     import signal
 
     global _REPORT
     import multiprocessing as mp
 
+    t0 = time.perf_counter()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the converting process, which stops this one
     exit_when_gone(parent)
     # a forkserver child inherits forkserver as its start method; FFCV's writer processes must be forked (a fresh
@@ -169,32 +172,66 @@ def _serve(conn, parent: int) -> None:
     mp.set_start_method("fork", force=True)
     import ffcv.writer  # noqa: F401
 
+    times = {"ffcv: import FFCV (numba compiles)": time.perf_counter() - t0}
     _REPORT = conn
     try:
         job = conn.recv()
     except EOFError:
         return
+    t0 = time.perf_counter()
     try:
         write_beton(*job)
-        conn.send(None)
+        conn.send((None, times | {"ffcv: FFCV's writer": time.perf_counter() - t0}))
     except BaseException as e:
-        conn.send(e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}"))
+        failure = e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}")
+        conn.send((failure, times))
+
+
+class Helper:
+    """The process that imports FFCV and later runs its writer; started before the input is read (see start_early)."""
+
+    def __init__(self) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("forkserver")  # not fork: see dataprep.parallel
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_serve, args=(child, os.getpid()), name="gpufeed-ffcv-writer")
+        self.process.start()
+        child.close()
+
+    def run(self, job: tuple) -> dict[str, float]:
+        """Hand the helper its job; wait for the .beton; the seconds of its stages."""
+        self.conn.send(job)
+        try:
+            failure, times = self.conn.recv()
+        except EOFError:
+            failure, times = RuntimeError(f"FFCV's writer process ended without a word (exit code "
+                                          f"{self.process.exitcode})"), {}  # fmt: skip
+        self.process.join()
+        if failure is not None:
+            raise failure
+        return times
+
+    def close(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+        self.conn.close()
 
 
 class FfcvWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
-        import multiprocessing as mp
+    @classmethod
+    def start_early(cls) -> Helper:
+        return Helper()
 
-        super().__init__(out_dir, meta, workers, progress)
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False,
+                 early: Helper | None = None) -> None:  # fmt: skip
+        super().__init__(out_dir, meta, workers, progress, early)
         self.staging = self.out_dir / STAGING
         self._f = open(self.staging, "wb")
         self.labels: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
-        ctx = mp.get_context("forkserver")  # not fork: see dataprep.parallel
-        self._conn, child = ctx.Pipe()
-        self._helper = ctx.Process(target=_serve, args=(child, os.getpid()), name="gpufeed-ffcv-writer")
-        self._helper.start()
-        child.close()
+        self._helper = early or Helper()
 
     def write(self, chunk: Chunk, encoded: None = None) -> None:
         self._f.write(np.ascontiguousarray(chunk.x, dtype=self.meta.dtype).tobytes())
@@ -207,22 +244,13 @@ class FfcvWriter(FormatWriter):
         labels = np.concatenate(self.labels) if self.labels else np.zeros(0, np.int64)
         lengths = np.concatenate(self.lengths) if self.lengths else None
         records = StagedRecords(self.staging, self.meta, labels, lengths)
-        self._conn.send((self.out_dir / FILENAME, records, self.workers, self.progress))
-        try:
-            failure = self._conn.recv()
-        except EOFError:
-            failure = RuntimeError(f"FFCV's writer process ended without a word (exit code {self._helper.exitcode})")
-        self._helper.join()
-        if failure is not None:
-            raise failure
+        self.timings = self._helper.run((self.out_dir / FILENAME, records, self.workers, self.progress))
         self.staging.unlink()
         return [Path(FILENAME)]
 
     def abort(self) -> None:
         self._f.close()
-        if self._helper.is_alive():
-            self._helper.kill()
-        self._helper.join()
+        self._helper.close()
 
 
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:

@@ -14,21 +14,25 @@ from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 DIRNAME = "files"
-PER_FOLDER = 10000  # keeps directory listings fast on big sets
+# One folder per encoding task of CIFAR-sized samples: processes creating files in one directory contend for it (its
+# lock), so on many cores the workers must each write a folder of their own; small folders also list fast.
+PER_FOLDER = 256
 
 
 def sample_path(index: int, kind: str) -> str:
-    return f"{index // PER_FOLDER:03d}/{index:08d}.{'png' if kind == 'image' else 'wav'}"
+    return f"{index // PER_FOLDER:05d}/{index:08d}.{'png' if kind == 'image' else 'wav'}"
 
 
-def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, start: int) -> list[dict]:
-    """Write samples start.. of `chunk` as files under `root` (in a worker process); describe each for the manifest.
+def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, start: int) -> tuple[list[dict], str]:
+    """Write samples start.. of `chunk` as files under `root` (in a worker process); describe each for the manifest
+    and return their rows of index.csv.
 
     compress_level 1: PNG stays lossless; higher levels cost 5x the time for ~10% smaller files."""
     import hashlib
     import io
 
-    described = []
+    described, rows, folder = [], io.StringIO(), None
+    index = csv.writer(rows)
     for k in range(len(chunk)):
         rel = sample_path(start + k, kind)
         buf = io.BytesIO()
@@ -43,34 +47,32 @@ def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, st
             sf.write(buf, x.T if x.ndim == 2 else x, sample_rate, subtype="FLOAT", format="WAV")
         data = buf.getvalue()
         path = Path(root) / rel
-        path.parent.mkdir(exist_ok=True)
+        if k == 0 or path.parent != folder:
+            folder = path.parent
+            folder.mkdir(exist_ok=True)
         path.write_bytes(data)
         described.append({"path": f"{DIRNAME}/{rel}", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    return described
+        index.writerow([rel, int(chunk.y[k])] + ([int(chunk.length[k])] if kind == "audio" else []))
+    return described, rows.getvalue()
 
 
 class FilesWriter(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
         self._index = open(self.root / "index.csv", "w", newline="")
-        self._csv = csv.writer(self._index)
-        self._csv.writerow(["path", "label"] + (["length"] if meta.kind == "audio" else []))
+        csv.writer(self._index).writerow(["path", "label"] + (["length"] if meta.kind == "audio" else []))
         self.count = 0
         self.described: list[dict] = []
 
     def encoder(self):
         return partial(encode_files, str(self.root), self.meta.kind, self.meta.sample_rate)
 
-    def write(self, chunk: Chunk, encoded: list[dict] | None = None) -> None:
-        if encoded is None:
-            encoded = self.encoder()(chunk, self.count)
-        for k, entry in enumerate(encoded):
-            rel = entry["path"][len(DIRNAME) + 1 :]
-            extra = [int(chunk.length[k])] if self.meta.kind == "audio" else []
-            self._csv.writerow([rel, int(chunk.y[k]), *extra])
-        self.described += encoded
+    def write(self, chunk: Chunk, encoded: tuple[list[dict], str] | None = None) -> None:
+        described, rows = encoded or self.encoder()(chunk, self.count)
+        self._index.write(rows)
+        self.described += described
         self.count += len(chunk)
 
     def finish(self) -> list[Path | dict]:

@@ -25,7 +25,7 @@ CHUNK_SAMPLES = 16
 
 
 class Hdf5Writer(FormatWriter):
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False) -> None:
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
         import h5py
 
         super().__init__(out_dir, meta, workers, progress)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -24,8 +25,10 @@ def _safe(decode: Callable, path: Path):
         return False, f"{type(e).__name__}: {e}"
 
 
-def _safe_block(decode: Callable, paths: list[Path]) -> list[tuple[bool, object]]:
-    return [_safe(decode, p) for p in paths]
+def _safe_block(decode: Callable, paths: list[Path]) -> tuple[list[tuple[bool, object]], float]:
+    """The block's results, and the CPU seconds the worker spent on them."""
+    t0 = time.process_time()
+    return [_safe(decode, p) for p in paths], time.process_time() - t0
 
 
 class FileSource(Source):
@@ -34,6 +37,7 @@ class FileSource(Source):
     items: list[tuple[Path, int]]
     decode: Callable[[Path], tuple[np.ndarray, int | None]]
     root: Path
+    decode_cpu_s: float = 0.0  # summed over the decoding processes, for the conversion's timings
 
     def __len__(self) -> int:
         return len(self.items)
@@ -41,21 +45,22 @@ class FileSource(Source):
     def _results(self, workers: int) -> Iterator[tuple[bool, object]]:
         paths = [p for p, _ in self.items]
         blocks = (paths[i : i + DECODE_BLOCK] for i in range(0, len(paths), DECODE_BLOCK))
-        for _, results in ordered_map(partial(_safe_block, self.decode), blocks, workers):
+        for _, (results, cpu_s) in ordered_map(partial(_safe_block, self.decode), blocks, workers):
+            self.decode_cpu_s += cpu_s
             yield from results
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped = [], [], [], []
         shape, first = None, None
         for (path, label), (ok, value) in zip(self.items, self._results(workers)):
-            rel = path.relative_to(self.root) if path.is_relative_to(self.root) else path
             if ok:
                 x, n = value
                 if shape is None:
-                    shape, first = x.shape, rel
+                    shape, first = x.shape, self._relative(path)
                 elif x.shape != shape:
                     ok, value = False, self._mismatch(x.shape, first, shape)
             if not ok:
+                rel = self._relative(path)
                 if on_bad_file == "error":
                     raise BadSample(rel, value)
                 skipped.append({"path": str(rel), "error": value})
@@ -68,6 +73,9 @@ class FileSource(Source):
                 xs, ys, lengths, skipped = [], [], [], []
         if ys or skipped:
             yield self._chunk(xs, ys, lengths, skipped)
+
+    def _relative(self, path: Path) -> Path:
+        return path.relative_to(self.root) if path.is_relative_to(self.root) else path
 
     def _mismatch(self, got: tuple, first: Path, shape: tuple) -> str:
         hint = "; pass --size N to resize every image to N x N" if self.kind == "image" else ""
@@ -93,4 +101,9 @@ def list_files(folder: Path) -> list[Path]:
         seen.add((st.st_dev, st.st_ino))
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         out += [Path(here) / f for f in files if not f.startswith(".")]
-    return sorted(out)
+    return sorted(out, key=_parts)
+
+
+def _parts(path: Path) -> list[str]:
+    """The order of Path's own comparison, part by part, at a fraction of its cost (it re-splits on every compare)."""
+    return str(path).split(os.sep)

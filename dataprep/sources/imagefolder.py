@@ -34,9 +34,10 @@ class ImageFolderSource(FileSource):
             self.items = [(p, 0) for p in files]
         else:
             files = [p for p in files if p.parent != base]  # a README beside the class folders is not a sample
-            self.classes = sorted({p.relative_to(base).parts[0] for p in files})
+            depth = len(base.parts)  # every listed path starts with base's parts (list_files joins onto base)
+            self.classes = sorted({p.parts[depth] for p in files})
             index = {c: i for i, c in enumerate(self.classes)}
-            self.items = [(p, index[p.relative_to(base).parts[0]]) for p in files]
+            self.items = [(p, index[p.parts[depth]]) for p in files]
         if not any(p.suffix.lower() in IMAGE_EXTS for p, _ in self.items):
             raise InputError(f"{base}: no .png/.jpg/.jpeg files below it")
         self.decode = partial(decode_image, size=size)
