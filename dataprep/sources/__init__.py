@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import tarfile
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def detect(path: Path) -> str:
     """Name the source kind of `path` from its layout, or raise InputError listing the known layouts."""
     from .audio import AUDIO_EXTS
     from .cifar10 import find_batches_dir
-    from .files import list_files
+    from .files import walk_files
     from .images import IMAGE_EXTS
 
     if not path.exists():
@@ -41,10 +42,9 @@ def detect(path: Path) -> str:
         return "cifar10"
     if (path / "trainLabels.csv").is_file():
         return "kaggle"
-    files = list_files(path)
-    if not files:
+    suffixes = {os.path.splitext(p)[1].lower() for p in walk_files(path)}
+    if not suffixes:
         raise InputError(f"{path}: empty folder")
-    suffixes = {p.suffix.lower() for p in files}
     if suffixes & set(AUDIO_EXTS):
         return "audio"
     if suffixes & set(IMAGE_EXTS):

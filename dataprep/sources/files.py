@@ -89,10 +89,16 @@ class FileSource(Source):
 
 
 def list_files(folder: Path) -> list[Path]:
-    """Every visible entry below `folder` that is not a folder, sorted, so the output order never depends on the file
-    system. Broken symlinks and symlink loops are listed too: decoding them fails with the file named, instead of
-    the sample vanishing silently. Symlinked folders are followed once (a folder reached twice is not re-entered)."""
-    out, seen = [], set()
+    """Every visible entry below `folder` that is not a folder, sorted as Paths sort (part by part), so the output
+    order never depends on the file system. Broken symlinks and symlink loops are listed too: decoding them fails with
+    the file named, instead of the sample vanishing silently. Symlinked folders are followed once (a folder reached
+    twice is not re-entered). Sorted as strings split into parts: Path objects re-split on every comparison."""
+    return [Path(p) for p in sorted(walk_files(folder), key=lambda p: p.split(os.sep))]
+
+
+def walk_files(folder: Path) -> Iterator[str]:
+    """The entries list_files lists, unsorted, as strings."""
+    seen = set()
     for here, dirs, files in os.walk(folder, followlinks=True):
         st = os.stat(here)
         if (st.st_dev, st.st_ino) in seen:
@@ -100,10 +106,4 @@ def list_files(folder: Path) -> list[Path]:
             continue
         seen.add((st.st_dev, st.st_ino))
         dirs[:] = [d for d in dirs if not d.startswith(".")]
-        out += [Path(here) / f for f in files if not f.startswith(".")]
-    return sorted(out, key=_parts)
-
-
-def _parts(path: Path) -> list[str]:
-    """The order of Path's own comparison, part by part, at a fraction of its cost (it re-splits on every compare)."""
-    return str(path).split(os.sep)
+        yield from (os.path.join(here, f) for f in files if not f.startswith("."))
