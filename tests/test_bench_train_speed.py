@@ -32,3 +32,16 @@ def test_unknown_mode_lists_the_valid_ones(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "unknown mode(s) turbo" in err and "bf16_cl_compile_cudagraphs" in err
+
+
+@pytest.mark.slow
+def test_candidate_mode_traces_on_cpu_and_profiles(tmp_path):
+    """The candidates' model code under torch.compile (aot_eager: traced with autograd, no kernels generated) runs on
+    a CPU; --profile writes the mode's kernel table."""
+    out, prof, mode = tmp_path / "speed.json", tmp_path / "prof", "bf16_cl_cudagraphs_fast"
+    argv = ["--device", "cpu", "--model", "tiny", "--batch-size", "2", "--steps", "1", "--warmup", "0",
+            "--compile-backend", "aot_eager", "--modes", mode, "--out", str(out), "--profile", str(prof)]  # fmt: skip
+    record = train_speed.main(argv)
+    assert "error" not in record["results"][mode] and record["results"][mode]["images_per_s"] > 0
+    assert json.loads(out.read_text())["config"]["compile_backend"] == "aot_eager"
+    assert "ms per step" in (prof / mode / "ops.md").read_text()

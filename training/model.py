@@ -74,6 +74,9 @@ class GroupNorm(nn.GroupNorm):
         # eager, PyTorch's one fused kernel is faster than these few (channels_last eager: 1,508 vs 2,009 img/s)
         if not torch.compiler.is_compiling() or x.dim() != 4 or not x.is_contiguous(memory_format=torch.channels_last):
             return super().forward(x)
+        return self._channels_last_forward(x)
+
+    def _channels_last_forward(self, x: torch.Tensor) -> torch.Tensor:
         b, c, h, w = x.shape
         out_dtype = torch.float32 if torch.is_autocast_enabled(x.device.type) else x.dtype
         # splitting C into (groups, C // groups) is a view in NHWC; element-wise ops then keep NHWC strides
@@ -158,6 +161,10 @@ class UNet(nn.Module):
             return block[1](h) if len(block) > 1 else h
         return block(h)
 
+    @staticmethod
+    def _cat(h: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        return torch.cat([h, skip], 1)
+
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         temb = self.temb(timestep_embedding(t, self.cfg.ch))
         hs = [self.conv_in(x)]
@@ -165,5 +172,5 @@ class UNet(nn.Module):
             hs.append(self._run(block, hs[-1], temb))
         h = self.mid[2](self.mid[1](self.mid[0](hs[-1], temb)), temb)
         for block in self.up:
-            h = self._run(block, torch.cat([h, hs.pop()], 1), temb) if isinstance(block, nn.ModuleList) else block(h)
+            h = self._run(block, self._cat(h, hs.pop()), temb) if isinstance(block, nn.ModuleList) else block(h)
         return self.out(h)

@@ -6,7 +6,7 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_eager                  autocast bf16
     bf16_channels_last          + channels_last model and batch
     bf16_cl_compile             + torch.compile (default mode)
-    bf16_cl_compile_cudagraphs  + CUDA graphs (compile mode "reduce-overhead")
+    bf16_cl_compile_cudagraphs  + CUDA graphs (compile mode "reduce-overhead"): what `train --compile` runs
     bf16_cl_cudagraphs_torch_gn the same with PyTorch's nn.GroupNorm, which turns channels_last into NCHW (as before
                                 training.model.GroupNorm kept the layout): the layout copies it costs
     bf16_compile_cudagraphs     the same in NCHW: do channels_last <-> contiguous copies cost more than NHWC wins?
@@ -14,8 +14,22 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_cl_max_autotune        compile "max-autotune": Triton/cuDNN choices benchmarked, CUDA graphs (slow warm-up)
     bf16_max_autotune           the same in NCHW
 
+Candidates for a faster step, each bf16_cl_compile_cudagraphs with one change (training.speedups: same function,
+same parameters), not run unless named in --modes:
+
+    bf16_cl_cudagraphs_gn_stats  GroupNorm statistics reduced per channel first, output as a per-channel scale and
+                                 shift (coalesced reductions in NHWC, no extra passes for the weight gradients)
+    bf16_cl_cudagraphs_cat_grad  the up path's torch.cat gives h a dense gradient: no strided copies in cuDNN's
+                                 backward of the convolutions whose output feeds a concatenation
+    bf16_cl_cudagraphs_upsample  nearest upsampling as a broadcast: a sum, not atomic scatter-adds, in the backward,
+                                 and a channels_last gradient (no layout copies in the convolutions before it)
+    bf16_cl_cudagraphs_coordesc  Inductor's coordinate-descent tuning of its Triton kernels' block sizes
+    bf16_cl_cudagraphs_fast      all four together
+
     python -m bench.studies.train_speed --model ddpm_cifar10 --batch-size 128 --out bench/results/train_speed.json
     python -m bench.studies.train_speed --device cpu --model tiny --steps 3     # a smoke run without a GPU
+    python -m bench.studies.train_speed --device cpu --model tiny --steps 2 --compile-backend aot_eager \\
+        --modes bf16_cl_compile_cudagraphs,bf16_cl_cudagraphs_fast    # compiled modes' model code, traced on a CPU
 
 Warm-up steps (compilation, autotuning, cuDNN benchmarking) are excluded; the timed steps are bracketed by CUDA
 events after a synchronize. FLOPs are counted once on the meta device with torch.utils.flop_counter. A mode that
@@ -29,109 +43,145 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
-from training.profiling import count_train_flops, peak_tflops
+from training.profiling import count_train_flops, peak_tflops, profile_steps
+from training.speedups import apply_speedups
 
 from ..env import run_record
 
 BF16 = torch.bfloat16
-# name: (autocast dtype, channels_last, torch.compile mode, what is compiled: the UNet as in training.loop, or the loss)
-# a name ending in TORCH_GN runs the UNet with PyTorch's own nn.GroupNorm
-TORCH_GN = "_torch_gn"
+PROFILED_STEPS = 5  # enough for a stable ranking of the kernels
+
+
+class Mode(NamedTuple):
+    dtype: torch.dtype | None  # autocast dtype; None runs fp32 (TF32 matmuls and convolutions)
+    channels_last: bool
+    compile_mode: str | None = None  # torch.compile mode; None runs eager
+    compiled: str = "model"  # what is compiled: the UNet as in training.loop, or the whole "loss"
+    variants: tuple[str, ...] = ()  # training.speedups names, or TORCH_GN
+    inductor: tuple[tuple[str, object], ...] = ()  # torch._inductor.config settings while the mode compiles and runs
+
+
+TORCH_GN = "torch_gn"  # PyTorch's own nn.GroupNorm in place of training.model.GroupNorm
+COORDESC = (("coordinate_descent_tuning", True),)
+FAST = ("gn_channel_stats", "cat_dense_grad", "upsample_broadcast")
+CL_GRAPHS = (BF16, True, "reduce-overhead")
 MODES = {
-    "fp32_eager": (None, False, None, None),
-    "bf16_eager": (BF16, False, None, None),
-    "bf16_channels_last": (BF16, True, None, None),
-    "bf16_cl_compile": (BF16, True, "default", "model"),
-    "bf16_cl_compile_cudagraphs": (BF16, True, "reduce-overhead", "model"),
-    "bf16_cl_cudagraphs" + TORCH_GN: (BF16, True, "reduce-overhead", "model"),
-    "bf16_compile_cudagraphs": (BF16, False, "reduce-overhead", "model"),
-    "bf16_cl_loss_cudagraphs": (BF16, True, "reduce-overhead", "loss"),
-    "bf16_cl_max_autotune": (BF16, True, "max-autotune", "model"),
-    "bf16_max_autotune": (BF16, False, "max-autotune", "model"),
+    "fp32_eager": Mode(None, False),
+    "bf16_eager": Mode(BF16, False),
+    "bf16_channels_last": Mode(BF16, True),
+    "bf16_cl_compile": Mode(BF16, True, "default"),
+    "bf16_cl_compile_cudagraphs": Mode(*CL_GRAPHS),
+    "bf16_cl_cudagraphs_torch_gn": Mode(*CL_GRAPHS, variants=(TORCH_GN,)),
+    "bf16_compile_cudagraphs": Mode(BF16, False, "reduce-overhead"),
+    "bf16_cl_loss_cudagraphs": Mode(*CL_GRAPHS, compiled="loss"),
+    "bf16_cl_max_autotune": Mode(BF16, True, "max-autotune"),
+    "bf16_max_autotune": Mode(BF16, False, "max-autotune"),
+    "bf16_cl_cudagraphs_gn_stats": Mode(*CL_GRAPHS, variants=("gn_channel_stats",)),
+    "bf16_cl_cudagraphs_cat_grad": Mode(*CL_GRAPHS, variants=("cat_dense_grad",)),
+    "bf16_cl_cudagraphs_upsample": Mode(*CL_GRAPHS, variants=("upsample_broadcast",)),
+    "bf16_cl_cudagraphs_coordesc": Mode(*CL_GRAPHS, inductor=COORDESC),
+    "bf16_cl_cudagraphs_fast": Mode(*CL_GRAPHS, variants=FAST, inductor=COORDESC),
 }
-# the default run stays near 5 minutes on an H100; max-autotune adds several minutes of autotuning per mode
-GPU_DEFAULT = MODES.keys() - {"bf16_cl_max_autotune", "bf16_max_autotune"}
+# the default run stays near 5 minutes on an H100: max-autotune adds several minutes of autotuning per mode, and the
+# candidates run when named
+GPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last", "bf16_cl_compile", "bf16_cl_compile_cudagraphs",
+               "bf16_cl_cudagraphs_torch_gn", "bf16_compile_cudagraphs", "bf16_cl_loss_cudagraphs")  # fmt: skip
 CPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last")  # compiling on 2 cores takes minutes
 
 
 def build_step(mode: str, args: argparse.Namespace, x0: torch.Tensor):
     """A closure running one optimizer step in `mode`, and the model (for parameter count and cleanup)."""
-    dtype, channels_last, compile_mode, compiled = MODES[mode]
+    dtype, channels_last, compile_mode, compiled, variants, _ = MODES[mode]
     cuda = args.device.startswith("cuda")
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = UNet(MODEL_PRESETS[args.model]()).to(args.device, memory_format=fmt)
-    if mode.endswith(TORCH_GN):
+    apply_speedups(model, [v for v in variants if v != TORCH_GN])
+    if TORCH_GN in variants:
         for m in model.modules():
             if isinstance(m, GroupNorm):
                 m.__class__ = nn.GroupNorm  # the subclass adds no state: same parameters, PyTorch's forward
     x = x0.contiguous(memory_format=fmt)
     diffusion = GaussianDiffusion().to(args.device)
     opt = torch.optim.Adam(model.parameters(), lr=2e-4, fused=cuda)
-    compile_kw = {"mode": None if compile_mode == "default" else compile_mode}
-    net = torch.compile(model, **compile_kw) if compiled == "model" else model
-    loss_fn = torch.compile(diffusion.loss, **compile_kw) if compiled == "loss" else diffusion.loss
-    graphs = compile_mode in ("reduce-overhead", "max-autotune")
+    inductor = args.compile_backend == "inductor"  # another backend takes no mode
+    compile_kw = {"mode": None if compile_mode == "default" or not inductor else compile_mode,
+                  "backend": args.compile_backend}  # fmt: skip
+    net = torch.compile(model, **compile_kw) if compile_mode and compiled == "model" else model
+    loss_fn = torch.compile(diffusion.loss, **compile_kw) if compile_mode and compiled == "loss" else diffusion.loss
+    graphs = inductor and compile_mode in ("reduce-overhead", "max-autotune")
     params = list(model.parameters())
 
-    def step() -> None:
+    def step() -> torch.Tensor:
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()  # the previous step's graph outputs may be overwritten
         with torch.autocast(args.device.split(":")[0], dtype=dtype or torch.float32, enabled=dtype is not None):
             loss = loss_fn(net, x)
+        kept = loss.detach().clone()  # a copy: a CUDA graph's output is overwritten by its next replay
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return kept
 
     return step, model
 
 
-def timed(step, n: int, cuda: bool) -> float:
-    """Seconds for n steps: CUDA events around the enqueued work, started after the device is idle."""
+def timed(step, n: int, cuda: bool) -> tuple[float, float]:
+    """Seconds for n steps (CUDA events around the enqueued work, started after the device is idle) and their mean
+    loss, read after the timing: every mode starts from the same weights and draws the same batches of noise and
+    timesteps, so a mode that changes what is computed shows in it."""
+    losses = []
     if not cuda:
         t = time.perf_counter()
         for _ in range(n):
-            step()
-        return time.perf_counter() - t
+            losses.append(step())
+        return time.perf_counter() - t, torch.stack(losses).float().mean().item()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(n):
-        step()
+        losses.append(step())
     end.record()
     end.synchronize()
-    return start.elapsed_time(end) / 1e3
+    return start.elapsed_time(end) / 1e3, torch.stack(losses).float().mean().item()
 
 
 def measure(mode: str, args: argparse.Namespace, x0: torch.Tensor, flops_per_image: int) -> dict:
     cuda = args.device.startswith("cuda")
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    step, model = build_step(mode, args, x0)
-    try:
-        t = time.perf_counter()
-        for _ in range(args.warmup):
-            step()
-        if cuda:
-            torch.cuda.synchronize()
-        warm_s = time.perf_counter() - t
-        dt = timed(step, args.steps, cuda)
-    finally:
-        del step, model
-        cleanup(cuda)
+    from torch._inductor import config as inductor_config
+
+    with inductor_config.patch(dict(MODES[mode].inductor)):  # compilation happens in the first steps
+        step, model = build_step(mode, args, x0)
+        try:
+            t = time.perf_counter()
+            for _ in range(args.warmup):
+                step()
+            if cuda:
+                torch.cuda.synchronize()
+            warm_s = time.perf_counter() - t
+            dt, mean_loss = timed(step, args.steps, cuda)
+            if args.profile:  # after the timed steps, so the profiler's overhead stays out of them
+                profile_steps(step, PROFILED_STEPS, args.profile / mode)
+        finally:
+            del step, model
+            cleanup(cuda)
     images_per_s = args.steps * args.batch_size / dt
     tflops = flops_per_image * images_per_s / 1e12
-    peak = peak_tflops(args.device, "fp32" if MODES[mode][0] is None else "bf16")[0]
+    peak = peak_tflops(args.device, "fp32" if MODES[mode].dtype is None else "bf16")[0]
     return {"images_per_s": images_per_s, "step_ms": 1e3 * dt / args.steps, "tflops": tflops,
             "mfu": tflops / peak if peak else None, "peak_tflops": peak or None, "warmup_s": warm_s,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}  # fmt: skip
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+            "mean_loss": mean_loss}  # fmt: skip
 
 
 def cleanup(cuda: bool) -> None:
@@ -151,13 +201,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, help="untimed steps per mode (compile, autotune, cudnn); 15 on CUDA, 1 on CPU")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--modes", help=f"comma-separated, from: {', '.join(MODES)}; 'all' for every one "
-                   f"(default: all but max-autotune on CUDA, the eager ones on CPU)")  # fmt: skip
+                   f"(default: all but max-autotune and the candidates on CUDA, the eager ones on CPU)")  # fmt: skip
     p.add_argument("--out", type=Path, help="write the raw results as JSON here")
+    p.add_argument("--profile", type=Path, metavar="DIR",
+                   help=f"also profile {PROFILED_STEPS} steps per mode into DIR/MODE: ops.md, ops.txt, "
+                   "trace.json")  # fmt: skip
+    p.add_argument("--compile-backend", default="inductor", choices=("inductor", "aot_eager"),
+                   help="aot_eager traces the compiled modes' model code (autograd included) without generating "
+                   "kernels: a quick check on a CPU, its timings mean nothing")  # fmt: skip
     args = p.parse_args(argv)
     if args.warmup is None:  # CUDA graphs and autotuning need several steps; the CPU only runs eager modes
         args.warmup = 15 if args.device.startswith("cuda") else 1
     if args.modes is None:
-        args.modes = [m for m in MODES if m in GPU_DEFAULT] if args.device.startswith("cuda") else list(CPU_DEFAULT)
+        args.modes = list(GPU_DEFAULT if args.device.startswith("cuda") else CPU_DEFAULT)
     else:
         args.modes = list(MODES) if args.modes == "all" else args.modes.split(",")
     unknown = [m for m in args.modes if m not in MODES]
@@ -183,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict:
     x = torch.randn(args.batch_size, cfg.in_channels, cfg.image_size, cfg.image_size, device=args.device)
     per_image = flops_per_image(args.model)
     print(f"{args.model}, batch {args.batch_size}, {args.device}: {per_image / 1e9:.2f} GFLOP per training image")
-    print(f"{'mode':28s} {'img/s':>9s} {'ms/step':>8s} {'TFLOP/s':>8s} {'MFU':>6s} {'warm-up s':>9s}")
+    print(f"{'mode':28s} {'img/s':>9s} {'ms/step':>8s} {'TFLOP/s':>8s} {'MFU':>6s} {'warm-up s':>9s} {'loss':>7s}")
     record = run_record() | {
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "gflop_per_image": per_image / 1e9,
@@ -214,8 +270,8 @@ def run_mode(mode: str, args: argparse.Namespace, x: torch.Tensor, per_image: in
         print(f"{mode:28s} FAILED {r['error'][:200]}", flush=True)
         return r
     mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else "     -"
-    print(f"{mode:28s} {r['images_per_s']:9.0f} {r['step_ms']:8.2f} {r['tflops']:8.1f} {mfu} {r['warmup_s']:9.1f}",
-          flush=True)  # fmt: skip
+    print(f"{mode:28s} {r['images_per_s']:9.0f} {r['step_ms']:8.2f} {r['tflops']:8.1f} {mfu} {r['warmup_s']:9.1f} "
+          f"{r['mean_loss']:7.4f}", flush=True)  # fmt: skip
     return r
 
 
