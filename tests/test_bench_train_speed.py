@@ -38,7 +38,7 @@ def test_unknown_mode_lists_the_valid_ones(capsys):
 def test_candidate_mode_traces_on_cpu_and_profiles(tmp_path):
     """The candidates' model code under torch.compile (aot_eager: traced with autograd, no kernels generated) runs on
     a CPU; --profile writes the mode's kernel table."""
-    out, prof, mode = tmp_path / "speed.json", tmp_path / "prof", "bf16_cl_cudagraphs_fast"
+    out, prof, mode = tmp_path / "speed.json", tmp_path / "prof", "bf16_cl_cudagraphs_prev_all"
     argv = ["--device", "cpu", "--model", "tiny", "--batch-size", "2", "--steps", "1", "--warmup", "0",
             "--compile-backend", "aot_eager", "--modes", mode, "--out", str(out), "--profile", str(prof)]  # fmt: skip
     record = train_speed.main(argv)

@@ -14,22 +14,20 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_cl_max_autotune        compile "max-autotune": Triton/cuDNN choices benchmarked, CUDA graphs (slow warm-up)
     bf16_max_autotune           the same in NCHW
 
-Candidates for a faster step, each bf16_cl_compile_cudagraphs with one change (training.speedups: same function,
-same parameters), not run unless named in --modes:
+The faster forms of training.model (GroupNorm reduced per channel, a dense gradient at the up path's concatenations,
+upsampling as a broadcast) against the forms they replaced (training.speedups: same function, same parameters):
 
-    bf16_cl_cudagraphs_gn_stats  GroupNorm statistics reduced per channel first, output as a per-channel scale and
-                                 shift (coalesced reductions in NHWC, no extra passes for the weight gradients)
-    bf16_cl_cudagraphs_cat_grad  the up path's torch.cat gives h a dense gradient: no strided copies in cuDNN's
-                                 backward of the convolutions whose output feeds a concatenation
-    bf16_cl_cudagraphs_upsample  nearest upsampling as a broadcast: a sum, not atomic scatter-adds, in the backward,
-                                 and a channels_last gradient (no layout copies in the convolutions before it)
-    bf16_cl_cudagraphs_coordesc  Inductor's coordinate-descent tuning of its Triton kernels' block sizes
-    bf16_cl_cudagraphs_fast      all four together
+    bf16_cl_cudagraphs_prev_all       all three previous forms: the compiled step before them
+    bf16_cl_cudagraphs_prev_gn        only GroupNorm's previous form (per-group statistics)
+    bf16_cl_cudagraphs_prev_cat       only torch.cat's sliced gradient
+    bf16_cl_cudagraphs_prev_upsample  only the gather upsampling (scatter-add gradient)
+    bf16_cl_cudagraphs_coordesc       the default + Inductor's coordinate-descent tuning of its kernels' block sizes
+                                      (minutes of warm-up), not run unless named in --modes
 
     python -m bench.studies.train_speed --model ddpm_cifar10 --batch-size 128 --out bench/results/train_speed.json
     python -m bench.studies.train_speed --device cpu --model tiny --steps 3     # a smoke run without a GPU
     python -m bench.studies.train_speed --device cpu --model tiny --steps 2 --compile-backend aot_eager \\
-        --modes bf16_cl_compile_cudagraphs,bf16_cl_cudagraphs_fast    # compiled modes' model code, traced on a CPU
+        --modes bf16_cl_compile_cudagraphs,bf16_cl_cudagraphs_prev_all    # compiled modes' model code, traced on a CPU
 
 Warm-up steps (compilation, autotuning, cuDNN benchmarking) are excluded; the timed steps are bracketed by CUDA
 events after a synchronize. FLOPs are counted once on the meta device with torch.utils.flop_counter. A mode that
@@ -51,7 +49,7 @@ from torch import nn
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps
-from training.speedups import apply_speedups
+from training.speedups import PREVIOUS, revert
 
 from ..env import run_record
 
@@ -64,13 +62,12 @@ class Mode(NamedTuple):
     channels_last: bool
     compile_mode: str | None = None  # torch.compile mode; None runs eager
     compiled: str = "model"  # what is compiled: the UNet as in training.loop, or the whole "loss"
-    variants: tuple[str, ...] = ()  # training.speedups names, or TORCH_GN
+    variants: tuple[str, ...] = ()  # training.speedups.PREVIOUS names (the forms before), or TORCH_GN
     inductor: tuple[tuple[str, object], ...] = ()  # torch._inductor.config settings while the mode compiles and runs
 
 
 TORCH_GN = "torch_gn"  # PyTorch's own nn.GroupNorm in place of training.model.GroupNorm
 COORDESC = (("coordinate_descent_tuning", True),)
-FAST = ("gn_channel_stats", "cat_dense_grad", "upsample_broadcast")
 CL_GRAPHS = (BF16, True, "reduce-overhead")
 MODES = {
     "fp32_eager": Mode(None, False),
@@ -83,16 +80,18 @@ MODES = {
     "bf16_cl_loss_cudagraphs": Mode(*CL_GRAPHS, compiled="loss"),
     "bf16_cl_max_autotune": Mode(BF16, True, "max-autotune"),
     "bf16_max_autotune": Mode(BF16, False, "max-autotune"),
-    "bf16_cl_cudagraphs_gn_stats": Mode(*CL_GRAPHS, variants=("gn_channel_stats",)),
-    "bf16_cl_cudagraphs_cat_grad": Mode(*CL_GRAPHS, variants=("cat_dense_grad",)),
-    "bf16_cl_cudagraphs_upsample": Mode(*CL_GRAPHS, variants=("upsample_broadcast",)),
+    "bf16_cl_cudagraphs_prev_all": Mode(*CL_GRAPHS, variants=tuple(PREVIOUS)),
+    "bf16_cl_cudagraphs_prev_gn": Mode(*CL_GRAPHS, variants=("gn_group_stats",)),
+    "bf16_cl_cudagraphs_prev_cat": Mode(*CL_GRAPHS, variants=("cat_sliced_grad",)),
+    "bf16_cl_cudagraphs_prev_upsample": Mode(*CL_GRAPHS, variants=("upsample_gather",)),
     "bf16_cl_cudagraphs_coordesc": Mode(*CL_GRAPHS, inductor=COORDESC),
-    "bf16_cl_cudagraphs_fast": Mode(*CL_GRAPHS, variants=FAST, inductor=COORDESC),
 }
-# the default run stays near 5 minutes on an H100: max-autotune adds several minutes of autotuning per mode, and the
-# candidates run when named
+
+# the default run stays near 6 minutes on an H100: max-autotune and coordinate-descent tuning add minutes of tuning per
+# mode, and the single previous forms are for a closer look
 GPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last", "bf16_cl_compile", "bf16_cl_compile_cudagraphs",
-               "bf16_cl_cudagraphs_torch_gn", "bf16_compile_cudagraphs", "bf16_cl_loss_cudagraphs")  # fmt: skip
+               "bf16_cl_cudagraphs_prev_all", "bf16_cl_cudagraphs_torch_gn", "bf16_compile_cudagraphs",
+               "bf16_cl_loss_cudagraphs")  # fmt: skip
 CPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last")  # compiling on 2 cores takes minutes
 
 
@@ -103,7 +102,7 @@ def build_step(mode: str, args: argparse.Namespace, x0: torch.Tensor):
     torch.manual_seed(0)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
     model = UNet(MODEL_PRESETS[args.model]()).to(args.device, memory_format=fmt)
-    apply_speedups(model, [v for v in variants if v != TORCH_GN])
+    revert(model, [v for v in variants if v != TORCH_GN])
     if TORCH_GN in variants:
         for m in model.modules():
             if isinstance(m, GroupNorm):

@@ -1,5 +1,5 @@
-"""training.speedups: each replacement computes what the module it replaces computes, gradients included, with the
-same parameters; the UNet with all of them trains like the UNet without (CPU, fp32, tiny model)."""
+"""The faster forms of training.model compute what the forms they replaced (training.speedups) compute, gradients
+included, with the same parameters; the UNet trains the same with either (CPU, fp32, tiny model)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.diffusion import GaussianDiffusion
-from training.model import GroupNorm, UNet, tiny
-from training.speedups import SPEEDUPS, BroadcastUpsample, ChannelStatsGroupNorm, DenseGradCatUNet, apply_speedups
+from training.model import GroupNorm, UNet, Upsample2x, tiny
+from training.speedups import PREVIOUS, GatherUpsample, GroupStatsGroupNorm, SlicedGradCatUNet, revert
 
 CL = torch.channels_last
 
@@ -25,9 +25,9 @@ def grads(y: torch.Tensor, inputs: list[torch.Tensor], seed: int = 1) -> list[to
 
 @pytest.mark.parametrize("groups, channels", [(4, 16), (8, 64), (32, 128)])
 def test_channel_stats_group_norm_matches_group_norm(groups, channels):
-    """Output and gradients (input, weight, bias) match the current layout path and float64 F.group_norm."""
+    """Output and gradients (input, weight, bias) match the per-group form and float64 F.group_norm."""
     torch.manual_seed(0)
-    ours, cur = ChannelStatsGroupNorm(groups, channels), GroupNorm(groups, channels)
+    ours, cur = GroupNorm(groups, channels), GroupStatsGroupNorm(groups, channels)
     with torch.no_grad():
         ours.weight.normal_(), ours.bias.normal_()
     cur.load_state_dict(ours.state_dict())
@@ -48,7 +48,7 @@ def test_channel_stats_group_norm_matches_group_norm(groups, channels):
 def test_channel_stats_group_norm_under_compile_and_autocast():
     """Under torch.compile the module takes its layout path; under bf16 autocast it returns float32, as nn.GroupNorm."""
     torch.manual_seed(0)
-    ours, ref = ChannelStatsGroupNorm(8, 64), nn.GroupNorm(8, 64)
+    ours, ref = GroupNorm(8, 64), nn.GroupNorm(8, 64)
     ref.load_state_dict(ours.state_dict())
     x = torch.randn(2, 64, 4, 4).contiguous(memory_format=CL)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -61,7 +61,8 @@ def test_channel_stats_group_norm_under_compile_and_autocast():
 def test_broadcast_upsample_matches_nn_upsample(layout):
     """The same pixels, the input's layout kept, the same gradient (each input pixel sums its 2x2 block)."""
     x = torch.randn(2, 6, 4, 5).contiguous(memory_format=layout).requires_grad_()
-    y, ref = BroadcastUpsample(scale_factor=2)(x), nn.Upsample(scale_factor=2)(x)
+    y, ref = Upsample2x()(x), nn.Upsample(scale_factor=2)(x)
+    assert torch.equal(GatherUpsample()(x), ref)
     assert torch.equal(y, ref) and y.is_contiguous(memory_format=layout)
     torch.testing.assert_close(grads(y, [x])[0], grads(ref, [x])[0], atol=1e-6, rtol=1e-6)
 
@@ -70,7 +71,7 @@ def test_dense_grad_cat_matches_torch_cat():
     """The same concatenation and gradients; h's gradient is a dense channels_last tensor, not a channel slice."""
     h = torch.randn(2, 4, 3, 3).contiguous(memory_format=CL).requires_grad_()
     skip = torch.randn(2, 5, 3, 3).contiguous(memory_format=CL).requires_grad_()
-    y, ref = DenseGradCatUNet._cat(h, skip), torch.cat([h, skip], 1)
+    y, ref = UNet._cat(h, skip), SlicedGradCatUNet._cat(h, skip)
     assert torch.equal(y, ref)
     (gh, gs), (rh, rs) = grads(y, [h, skip]), grads(ref, [h, skip])
     assert torch.equal(gh, rh) and torch.equal(gs, rs)
@@ -81,7 +82,7 @@ def train(names: tuple[str, ...], steps: int = 3, device: str = "cpu", backend: 
     """`steps` Adam steps of the diffusion loss on the compiled tiny UNet (channels_last, fp32): the losses, the first
     step's gradients and the final state_dict."""
     torch.manual_seed(0)
-    model = apply_speedups(UNet(tiny(dropout=dropout)).to(device, memory_format=CL), names)
+    model = revert(UNet(tiny(dropout=dropout)).to(device, memory_format=CL), names)
     net, diffusion = torch.compile(model, backend=backend), GaussianDiffusion().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=2e-4)
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(device, memory_format=CL)
@@ -98,10 +99,10 @@ def train(names: tuple[str, ...], steps: int = 3, device: str = "cpu", backend: 
 
 
 @pytest.mark.slow
-def test_unet_with_every_speedup_trains_like_the_unet():
+def test_unet_trains_like_the_unet_of_the_previous_forms():
     """Same parameters (names, shapes, init), same losses over 3 steps and same first gradients within fp32 rounding."""
-    losses, first, state = train(())
-    fast_losses, fast_first, fast_state = train(tuple(SPEEDUPS))
+    losses, first, state = train(tuple(PREVIOUS))
+    fast_losses, fast_first, fast_state = train(())
     assert [(k, v.shape) for k, v in state.items()] == [(k, v.shape) for k, v in fast_state.items()]
     torch.testing.assert_close(fast_losses, losses, atol=0, rtol=1e-5)
     for g, r in zip(fast_first, first):
@@ -112,18 +113,18 @@ def test_unet_with_every_speedup_trains_like_the_unet():
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_speedups_compiled_by_inductor_on_cuda_match(monkeypatch):
-    """The kernels Inductor generates for the speedups compute what it generates for the UNet (fp32, TF32 off,
-    dropout off so both draw nothing from the generator inside the graph)."""
+def test_faster_forms_compiled_by_inductor_on_cuda_match(monkeypatch):
+    """The kernels Inductor generates for the faster forms compute what it generates for the previous ones (fp32,
+    TF32 off, dropout off so both draw nothing from the generator inside the graph)."""
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    losses, first, _ = train((), steps=2, device="cuda", backend="inductor", dropout=0.0)
-    fast_losses, fast_first, _ = train(tuple(SPEEDUPS), steps=2, device="cuda", backend="inductor", dropout=0.0)
+    losses, first, _ = train(tuple(PREVIOUS), steps=2, device="cuda", backend="inductor", dropout=0.0)
+    fast_losses, fast_first, _ = train((), steps=2, device="cuda", backend="inductor", dropout=0.0)
     torch.testing.assert_close(fast_losses, losses, atol=0, rtol=1e-4)
     for g, r in zip(fast_first, first):
         torch.testing.assert_close(g, r, atol=1e-4, rtol=1e-3)
 
 
-def test_unknown_speedup_names_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown speedup.*turbo.*valid: gn_channel_stats"):
-        apply_speedups(UNet(tiny()), ["turbo"])
+def test_unknown_previous_form_names_the_valid_ones():
+    with pytest.raises(ValueError, match="unknown previous form.*turbo.*valid: gn_group_stats"):
+        revert(UNet(tiny()), ["turbo"])
