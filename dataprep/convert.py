@@ -93,16 +93,9 @@ def convert(cfg: ConvertConfig) -> dict:
             writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
-        formats = {}
-        for n, w in writers.items():
-            with times.timed(f"{n}: finish"):
-                formats[n] = {"files": w.finish()}
-            for stage, seconds in w.timings.items():
-                times.add(stage, seconds, f"{n}'s helper process")
-        with times.timed("sha256 of the output files (threads)"):
-            formats = {n: {"files": _describe_files(tmp, f["files"], cfg.workers)} for n, f in formats.items()}
         if hasattr(source, "decode_cpu_s"):
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
+        formats = _finish_all(writers, tmp, cfg.workers, times)
         manifest = _manifest(cfg, source, meta, spec, digest, formats, skipped)
         manifest["timings"] = {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu_seconds() - cpu0, 2),
                                "workers": cfg.workers, "stages": times.as_dict()}  # fmt: skip
@@ -149,6 +142,18 @@ def _write_all(writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest
             bar.update(len(chunk))
         for done in hashed:
             done.result()  # an error in the digest is raised here
+
+
+def _finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict:
+    """Every writer finished (FFCV's writes its .beton now), then every file it wrote described and hashed."""
+    files = {}
+    for n, w in writers.items():
+        with times.timed(f"{n}: finish"):
+            files[n] = w.finish()
+        for stage, seconds in w.timings.items():
+            times.add(stage, seconds, f"{n}'s helper process")
+    with times.timed("sha256 of the output files (threads)"):
+        return {n: {"files": _describe_files(root, f, workers)} for n, f in files.items()}
 
 
 def _timed(times: Timings, stage: str, fn, *args) -> None:
