@@ -29,9 +29,9 @@
 #   f3eager: the audio model eager, its data-free rate against the compiled one of f3, on the same machine.
 # - scale (a host of 2-8 GPUs): ddpm_cifar10 b128 per GPU, bf16, compiled, --nproc 1,2,4,8 (those the host has), the
 #   fastest backend of f1 (gpu; SCALE_BACKENDS to change) and the torch baseline, 4 workers pinned, at --cpus 2 and 4
-#   per rank and all cores shared (SCALE_CPUS="2 4 all" to change), 200 measured steps, 2 repeats. Not yet run: at ~40 s a run (f1's, plus ~10 s of
-#   torchrun's start) 4 rank counts x 3 core budgets x (2 loaders + data-free) x 2 repeats = 72 runs, ~50 min, 6
-#   calls on 8 GPUs; a --cpus budget the host cannot give every rank (8 x 4 > cores) is left out, not failed.
+#   per rank and all cores shared (SCALE_CPUS="2 4 all" to change), 200 measured steps, 2 repeats. Not yet run: at
+#   ~40 s a run (f1's, plus ~10 s of torchrun's start) 4 rank counts x 3 core budgets x (2 loaders + data-free) x 2
+#   repeats = 72 runs, ~50 min, 6 calls on 8 GPUs; a --cpus budget the host cannot give every rank (8 x 4 > cores) is left out, not failed.
 # - strong: the same loaders at --cpus 4 and all cores, a global batch of 512 (512, 256, 128, 64 per GPU): 48 runs,
 #   ~32 min. The goal: 8 GPUs >= 7.3x one (weak), and where a smaller per-GPU batch stops the scaling (strong).
 #   DALI is in the grids only where it is installed (the machine may carry only the smaller extras).
