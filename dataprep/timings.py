@@ -44,8 +44,3 @@ class Timings(dict):
         rows += [f"{name:<38} {s.seconds:8.2f}  {s.kind:<4}  {s.where}" for name, s in self.items()]
         rows.append(f"{'total':<38} {wall_s:8.2f}  wall  {cpu_s:.1f} CPU-s in the converting process")
         return "\n".join(rows)
-
-
-def cpu_seconds() -> float:
-    """CPU seconds (user and kernel) this process has used so far."""
-    return time.process_time()
