@@ -107,8 +107,10 @@ def test_unet_trains_like_the_unet_of_the_previous_forms():
     torch.testing.assert_close(fast_losses, losses, atol=0, rtol=1e-5)
     for g, r in zip(fast_first, first):
         torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    # Adam moves a weight by about lr (2e-4) whatever its gradient's size, so where a gradient is near zero, rounding
+    # can move it differently by a fraction of lr (seen: 1.5e-5 in 1 of 4,608 weights); a wrong form moves many by ~lr
     for k in state:
-        torch.testing.assert_close(fast_state[k], state[k], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(fast_state[k], state[k], atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.gpu
