@@ -50,10 +50,10 @@ def convert_once(src: Path, scratch: Path, cores: int, formats: str, extra: list
             "timings": timings}  # fmt: skip
 
 
-def import_seconds(module: str) -> float:
-    """Wall seconds of `import module` in a fresh interpreter (FFCV compiles with numba as it is imported)."""
+def import_seconds(module: str, env: dict | None = None) -> float:
+    """Wall seconds of `import module` in a fresh interpreter, with `env` added to its environment."""
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", f"import {module}"], check=True)
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, env=os.environ | (env or {}))
     return round(time.perf_counter() - t0, 2)
 
 
@@ -104,9 +104,12 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--cores asks for {max(counts)} cores; this process may use {here}")
     machine = None
     if args.machine:
+        # FFCV compiles its loader's numba functions as it is imported; the conversion imports it with numba's JIT off
         machine = {"import_ffcv_s": [import_seconds("ffcv.writer") for _ in range(2)],
+                   "import_ffcv_jit_off_s": [import_seconds("ffcv.writer", {"NUMBA_DISABLE_JIT": "1"}) for _ in range(2)],
                    "file_creation": file_creation(args.scratch, sorted({1, 4, here}))}  # fmt: skip
-        print(f"import ffcv.writer: {machine['import_ffcv_s']} s", flush=True)
+        print(f"import ffcv.writer: {machine['import_ffcv_s']} s, JIT off {machine['import_ffcv_jit_off_s']} s",
+              flush=True)
     runs = []
     for r in range(args.repeats):
         for cores in counts:

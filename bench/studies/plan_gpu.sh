@@ -16,6 +16,9 @@
 #   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
 #   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
 #   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
+#   bash bench/studies/plan_gpu.sh curve       # the training loop's loss curve with the UNet's faster forms and previous ones
+#   bash bench/studies/plan_gpu.sh gap         # finding 2's pick (gpu) against its data-free rate: 3 alternated repeats,
+#                                              # then one profiled run each (GPU busy time and kernels per step)
 #   bash bench/studies/plan_gpu.sh scale       # weak scaling: 1, 2, 4, 8 GPUs (as many as present), b128 per GPU
 #   bash bench/studies/plan_gpu.sh strong      # strong scaling: the same at a global batch of 512
 #
@@ -46,7 +49,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest scale strong)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest curve gap scale strong)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -235,8 +238,17 @@ for STEP in "$@"; do
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
+        curve) prep; mkdir -p "$OUT"  # ~7 min on a fresh machine (two cold compiles)
+            $PY -m bench.studies.forms_loss_curve --data "$DATA/cifar10" --steps 4000 --out "$RESULTS/curve" 2>&1 \
+                | tee "$OUT/curve.log" || echo "curve: FAILED"
+            tar czf "$OUT/curve.tgz" -C "$RESULTS" curve ;;
+        gap) prep; mkdir -p "$OUT"  # ~5 min on a fresh machine
+            $PY -m bench.studies.datafree_gap --data "$DATA/cifar10" --backend gpu --model tiny --batch-size 512 \
+                --cpus 4 --compile --steps 600 --warmup 30 --repeats 3 --out "$RESULTS/gap" 2>&1 | tee "$OUT/gap.log" \
+                || echo "gap: FAILED"
+            tar czf "$OUT/gap.tgz" --exclude=traces -C "$RESULTS" gap ;;
         scale) prep; scaling scale "${SCALE_CPUS:-2 4 all}" ;;
         strong) prep; scaling strong "${SCALE_CPUS:-4 all}" --global-batch 512 ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, scale or strong" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, curve, gap, scale or strong" >&2; exit 2 ;;
     esac
 done

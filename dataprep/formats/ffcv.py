@@ -156,7 +156,7 @@ def _report(failure: BaseException) -> None:
 
 
 def _serve(conn, parent: int) -> None:
-    """The helper process: import FFCV now (seconds: numba compiles at import) while the samples are decoded, then
+    """The helper process: import FFCV now (seconds: torch and OpenCV) while the samples are decoded, then
     write the .beton when asked and answer (failure or None, {stage: seconds}). It ends when the converting process
     does (its pipe closes)."""
     import signal
@@ -170,9 +170,12 @@ def _serve(conn, parent: int) -> None:
     # a forkserver child inherits forkserver as its start method; FFCV's writer processes must be forked (a fresh
     # process would import FFCV again, seconds each), from this process that runs nothing else
     mp.set_start_method("fork", force=True)
+    # FFCV compiles numba functions at import (its loader's), seconds of CPU that the writer never calls: its
+    # writer is plain Python and numpy, and writes the same records with numba's JIT off (tests compare the pixels)
+    os.environ["NUMBA_DISABLE_JIT"] = "1"
     import ffcv.writer  # noqa: F401
 
-    times = {"ffcv: import FFCV (numba compiles)": time.perf_counter() - t0}
+    times = {"ffcv: import FFCV": time.perf_counter() - t0}
     _REPORT = conn
     try:
         job = conn.recv()

@@ -1,0 +1,113 @@
+"""Why a loader that does not starve the GPU can still train below the data-free rate. One loader configuration and
+the data-free batch, each run as `bench loaders` runs it (bench.run_one: a fresh process, the real training loop),
+alternately `--repeats` times for their rates; then once each with the profiler on the measured steps (bench's
+cross-check), whose traces give per step the GPU's busy time, its idle time between steps (starvation) and inside
+steps, and the kernel time by kernel. The JSON keeps every run and the comparison; the printed table is the kernels
+whose time per step differs most.
+
+    python -m bench.studies.datafree_gap --data DATA --backend gpu --model tiny --batch-size 512 --cpus 4 \\
+        --compile --steps 600 --warmup 30 --repeats 3 --out bench/results/datafree_gap_tiny
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from ..crosscheck import ANNOTATION, GPU_CATS, _is, load_trace
+from ..job import Job, collapse
+
+
+def run(job: Job, out: Path) -> dict:
+    subprocess.run([sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(out)],
+                   check=False)  # fmt: skip
+    rec = json.loads(out.read_text())
+    if "error" in rec:
+        raise SystemExit(f"{job.name}: {rec['error']}")
+    return rec
+
+
+def kernel_ms_per_step(trace: Path) -> dict[str, float]:
+    """GPU time by kernel (memcpy, memset) name between the first and the last marked fetch, per step."""
+    events = load_trace(trace)
+    fetches = sorted(e["ts"] for e in events if _is(e, ("user_annotation",), ANNOTATION))
+    lo, hi, steps = fetches[0], fetches[-1], len(fetches) - 1
+    total: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in GPU_CATS and lo <= e["ts"] < hi:
+            total[e["name"]] += e.get("dur", 0) / 1e3 / steps
+    return dict(total)
+
+
+def profiled(job: Job, out_dir: Path) -> dict:
+    rec = run(Job.from_dict(job.to_dict() | {"crosscheck": True}), out_dir / f"{job.name}-profiled.json")
+    x = rec["figures"]["crosscheck"]
+    if "error" in x:
+        raise SystemExit(f"{job.name}: its trace could not be read: {x['error']}")
+    kernels = kernel_ms_per_step(out_dir / "traces" / f"{job.name}.trace.json.gz")
+    step_ms = 1e3 * x["span_s"] / x["steps"]
+    return {"step_ms": step_ms, "busy_ms": step_ms * (1 - x["idle_total"]), "starvation": x["starvation"],
+            "idle_inside_steps": x["idle_total"] - x["starvation"], "kernel_ms": sum(kernels.values()),
+            "kernels": kernels}  # fmt: skip
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="a `dataprep convert` directory")
+    p.add_argument("--backend", default="gpu")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--cpus", type=int)
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--steps", type=int, default=600, help="measured steps of the timed runs")
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--profiled-steps", type=int, default=60, help="measured steps of the profiled runs")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--out", type=Path, required=True, help="directory for gap.json and the runs")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    from ..env import run_record
+
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    workers, pin = collapse(args.backend, args.workers, args.pin_memory, args.device)
+    common = dict(data=args.data, batch_size=args.batch_size, model=args.model, steps=args.steps, warmup=args.warmup,
+                  device=args.device, cpus=args.cpus, compile=args.compile)  # fmt: skip
+    jobs = {"data_free": Job(kind="data_free", backend=None, workers=None, pin_memory=None, **common),
+            args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin, **common)}  # fmt: skip
+    rates: dict[str, list[float]] = {k: [] for k in jobs}
+    for r in range(args.repeats):  # alternated, so a drift of the machine reaches both alike
+        for name, job in jobs.items():
+            job = Job.from_dict(job.to_dict() | {"repeat": r})
+            rates[name].append(run(job, args.out / f"{job.name}.json")["figures"]["samples_per_s"])
+            print(f"{job.name}: {rates[name][-1]:,.0f} samples/s", flush=True)
+    short = {k: Job.from_dict(j.to_dict() | {"steps": args.profiled_steps}) for k, j in jobs.items()}
+    prof = {k: profiled(j, args.out) for k, j in short.items()}
+    free, fed = prof["data_free"], prof[args.backend]
+    names = set(free["kernels"]) | set(fed["kernels"])
+    diff = sorted(((fed["kernels"].get(n, 0.0) - free["kernels"].get(n, 0.0), n) for n in names), reverse=True)
+    result = {"run": run_record(args.device), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+              "rates": rates, "ratio_of_medians": statistics.median(rates[args.backend]) / statistics.median(rates["data_free"]),
+              "profiled": prof, "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff]}  # fmt: skip
+    (args.out / "gap.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{args.backend} / data-free, medians of {args.repeats}: {result['ratio_of_medians']:.2%}")
+    for k, p in prof.items():
+        print(f"{k:>10} profiled: step {p['step_ms']:.3f} ms, GPU busy {p['busy_ms']:.3f} ms, kernels "
+              f"{p['kernel_ms']:.3f} ms, idle between steps {p['starvation']:.2%}, inside {p['idle_inside_steps']:.2%}")
+    for d, n in diff[:8] + diff[-3:]:
+        print(f"  {d:+.4f} ms/step  {n[:110]}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
