@@ -45,7 +45,8 @@ def kernel_ms_per_step(trace: Path) -> dict[str, float]:
 
 
 def profiled(job: Job, out_dir: Path) -> dict:
-    rec = run(Job.from_dict(job.to_dict() | {"crosscheck": True}), out_dir / f"{job.name}-profiled.json")
+    job = Job.from_dict(job.to_dict() | {"crosscheck": True})
+    rec = run(job, out_dir / f"{job.name}-profiled.json")
     x = rec["figures"]["crosscheck"]
     if "error" in x:
         raise SystemExit(f"{job.name}: its trace could not be read: {x['error']}")
@@ -89,7 +90,9 @@ def main(argv: list[str] | None = None) -> dict:
     for r in range(args.repeats):  # alternated, so a drift of the machine reaches both alike
         for name, job in jobs.items():
             job = Job.from_dict(job.to_dict() | {"repeat": r})
-            rates[name].append(run(job, args.out / f"{job.name}.json")["figures"]["samples_per_s"])
+            path = args.out / f"{job.name}.json"  # kept from an earlier call: resumed, not measured again
+            rec = json.loads(path.read_text()) if path.is_file() else run(job, path)
+            rates[name].append(rec["figures"]["samples_per_s"])
             print(f"{job.name}: {rates[name][-1]:,.0f} samples/s", flush=True)
     short = {k: Job.from_dict(j.to_dict() | {"steps": args.profiled_steps}) for k, j in jobs.items()}
     prof = {k: profiled(j, args.out) for k, j in short.items()}
@@ -97,10 +100,12 @@ def main(argv: list[str] | None = None) -> dict:
     names = set(free["kernels"]) | set(fed["kernels"])
     diff = sorted(((fed["kernels"].get(n, 0.0) - free["kernels"].get(n, 0.0), n) for n in names), reverse=True)
     result = {"run": run_record(args.device), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "rates": rates, "ratio_of_medians": statistics.median(rates[args.backend]) / statistics.median(rates["data_free"]),
+              "rates": rates, "ratio_of_medians": statistics.median(rates[args.backend]) / statistics.median(rates["data_free"])
+              if args.repeats else None,
               "profiled": prof, "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff]}  # fmt: skip
     (args.out / "gap.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{args.backend} / data-free, medians of {args.repeats}: {result['ratio_of_medians']:.2%}")
+    if args.repeats:
+        print(f"{args.backend} / data-free, medians of {args.repeats}: {result['ratio_of_medians']:.2%}")
     for k, p in prof.items():
         print(f"{k:>10} profiled: step {p['step_ms']:.3f} ms, GPU busy {p['busy_ms']:.3f} ms, kernels "
               f"{p['kernel_ms']:.3f} ms, idle between steps {p['starvation']:.2%}, inside {p['idle_inside_steps']:.2%}")
