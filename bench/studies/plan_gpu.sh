@@ -133,14 +133,14 @@ conv_input() {
 
 conv() {  # 50,000 real CIFAR-10 train JPEGs: FFCV's import and file creation alone, then every format on all cores
     conv_input  # (twice) and on 2, then each format alone on all cores: the stages each run timed are in the JSON
-    $PY -m bench.studies.conversion_speed --machine --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" \
+    $PY -m bench.studies.conversion_speed --machine --input "$DATA/raw/cifar" --scratch "$(mktemp -d -p "$DATA")" \
         --cores all,2 --repeats 2 --out "$RESULTS/conv/conversion_speed.json" | tee "$OUT/conv.log"
     cp "$RESULTS/conv/conversion_speed.json" "$OUT/"
 }
 
 convsplit() {  # where the time goes on all cores: each format alone
     conv_input
-    $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$DATA/conv-scratch" --cores all \
+    $PY -m bench.studies.conversion_speed --input "$DATA/raw/cifar" --scratch "$(mktemp -d -p "$DATA")" --cores all \
         --formats "files;hdf5;ffcv;dali" --out "$RESULTS/conv/conversion_split.json" | tee "$OUT/convsplit.log"
     cp "$RESULTS/conv/conversion_split.json" "$OUT/"
 }
@@ -236,7 +236,7 @@ for STEP in "$@"; do
             [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp "$(datasets)"/*.tar.gz ../shared/datasets/
             if [ -f "$RESULTS/pytest_gpu.txt" ]; then echo "gputest: ran earlier on this machine"; continue; fi
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
-            $PY -m pytest -m gpu -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
+            $PY -m pytest -m gpu -v --durations=15 -p no:cacheprovider ${GPUTEST_FILES:-} 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
         curve) prep; mkdir -p "$OUT"  # ~7 min on a fresh machine (two cold compiles)
             $PY -m bench.studies.forms_loss_curve --data "$DATA/cifar10" --steps 4000 --out "$RESULTS/curve" 2>&1 \
