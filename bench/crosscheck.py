@@ -102,9 +102,14 @@ def load_trace(path: Path) -> list[dict]:
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
+def fetch_spans(events: list[dict]) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of every marked fetch of the trace, in order."""
+    return sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events if _is(e, ("user_annotation",), ANNOTATION))
+
+
 def trace_starvation(events: list[dict]) -> dict:
     """Starvation from a Chrome trace: see the module docstring. `steps` is how many steps the figure covers."""
-    fetches = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in events if _is(e, ("user_annotation",), ANNOTATION))
+    fetches = fetch_spans(events)
     launches = {
         e["args"]["correlation"]: e["ts"]
         for e in events

@@ -9,10 +9,11 @@ Each run also keeps the stages the conversion timed itself (the manifest's "timi
 `--machine` first measures what no conversion controls: how long importing FFCV takes in a fresh process, and how
 fast the file system creates small files from 1 to N processes, in one directory and in one directory each.
 
-Every run writes a directory of its own under the scratch directory, which is deleted only at the end: creating
-files right after 50,000 were deleted cost up to 10x more kernel time on both machines measured (the file system
-still busy with the deletion), which no conversion on a quiet disk pays. The JSON holds every run, the hardware,
-versions, commit and command."""
+Every run writes a directory of its own under the scratch directory, deleted only at the end, and starts once the
+data written before it is on disk (`sync`, not timed), so that no run pays for the write-back of the one before:
+creating files right after 50,000 were deleted cost up to 10x more kernel time on both machines measured (the file
+system still busy with the deletion), which a conversion on a quiet disk does not pay. The JSON holds every run, the
+hardware, versions, commit and command."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str
     allowed = sorted(os.sched_getaffinity(0))[:cores]
     cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(src), "--output", str(out),
            "--format", formats, "--quiet", *extra]  # fmt: skip
+    os.sync()  # the last run's (or the probe's) data on disk first, so that this run does not pay its write-back
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with ResourceMonitor(interval=0.25) as mon:
         t0 = time.perf_counter()
@@ -104,15 +106,18 @@ def main(argv: list[str] | None = None) -> None:
     if max(counts) > here:
         raise SystemExit(f"--cores asks for {max(counts)} cores; this process may use {here}")
     if args.scratch.is_dir() and any(args.scratch.iterdir()):
-        raise SystemExit(f"{args.scratch}: not empty; give a new --scratch (deleting one first slows the runs after it)")
+        raise SystemExit(f"{args.scratch}: not empty; give a new --scratch (deleting it first slows the runs after)")
     machine = None
     if args.machine:
         # FFCV compiles its loader's numba functions as it is imported; the conversion imports it with numba's JIT off
+        jit_off = {"NUMBA_DISABLE_JIT": "1"}
         machine = {"import_ffcv_s": [import_seconds("ffcv.writer") for _ in range(2)],
-                   "import_ffcv_jit_off_s": [import_seconds("ffcv.writer", {"NUMBA_DISABLE_JIT": "1"}) for _ in range(2)],
+                   "import_ffcv_jit_off_s": [import_seconds("ffcv.writer", jit_off) for _ in range(2)],
                    "file_creation": file_creation(args.scratch, sorted({1, 4, here}))}  # fmt: skip
-        print(f"import ffcv.writer: {machine['import_ffcv_s']} s, JIT off {machine['import_ffcv_jit_off_s']} s",
-              flush=True)
+        print(
+            f"import ffcv.writer: {machine['import_ffcv_s']} s, JIT off {machine['import_ffcv_jit_off_s']} s",
+            flush=True,
+        )
     runs = []
     for r in range(args.repeats):
         for cores in counts:

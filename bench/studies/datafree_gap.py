@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from ..crosscheck import ANNOTATION, GPU_CATS, _is, load_trace
+from ..crosscheck import GPU_CATS, fetch_spans, load_trace
 from ..job import Job, collapse
 
 
@@ -35,8 +35,8 @@ def run(job: Job, out: Path) -> dict:
 def kernel_ms_per_step(trace: Path) -> dict[str, float]:
     """GPU time by kernel (memcpy, memset) name between the first and the last marked fetch, per step."""
     events = load_trace(trace)
-    fetches = sorted(e["ts"] for e in events if _is(e, ("user_annotation",), ANNOTATION))
-    lo, hi, steps = fetches[0], fetches[-1], len(fetches) - 1
+    fetches = fetch_spans(events)
+    lo, hi, steps = fetches[0][0], fetches[-1][0], len(fetches) - 1
     total: dict[str, float] = defaultdict(float)
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in GPU_CATS and lo <= e["ts"] < hi:
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     common = dict(data=args.data, batch_size=args.batch_size, model=args.model, steps=args.steps, warmup=args.warmup,
                   device=args.device, cpus=args.cpus, compile=args.compile)  # fmt: skip
     jobs = {"data_free": Job(kind="data_free", backend=None, workers=None, pin_memory=None, **common),
-            args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin, **common)}  # fmt: skip
+            args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin,
+                              **common)}  # fmt: skip
     rates: dict[str, list[float]] = {k: [] for k in jobs}
     for r in range(args.repeats):  # alternated, so a drift of the machine reaches both alike
         for name, job in jobs.items():
@@ -99,16 +100,19 @@ def main(argv: list[str] | None = None) -> dict:
     free, fed = prof["data_free"], prof[args.backend]
     names = set(free["kernels"]) | set(fed["kernels"])
     diff = sorted(((fed["kernels"].get(n, 0.0) - free["kernels"].get(n, 0.0), n) for n in names), reverse=True)
-    result = {"run": run_record(args.device), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-              "rates": rates, "ratio_of_medians": statistics.median(rates[args.backend]) / statistics.median(rates["data_free"])
-              if args.repeats else None,
-              "profiled": prof, "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff]}  # fmt: skip
+    ratio = statistics.median(rates[args.backend]) / statistics.median(rates["data_free"]) if args.repeats else None
+    result = {"run": run_record(args.device), "args": {k: str(v) if isinstance(v, Path) else v
+                                                       for k, v in vars(args).items()},
+              "rates": rates, "ratio_of_medians": ratio, "profiled": prof,
+              "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff]}  # fmt: skip
     (args.out / "gap.json").write_text(json.dumps(result, indent=1) + "\n")
     if args.repeats:
-        print(f"{args.backend} / data-free, medians of {args.repeats}: {result['ratio_of_medians']:.2%}")
+        print(f"{args.backend} / data-free, medians of {args.repeats}: {ratio:.2%}")
     for k, p in prof.items():
-        print(f"{k:>10} profiled: step {p['step_ms']:.3f} ms, GPU busy {p['busy_ms']:.3f} ms, kernels "
-              f"{p['kernel_ms']:.3f} ms, idle between steps {p['starvation']:.2%}, inside {p['idle_inside_steps']:.2%}")
+        print(
+            f"{k:>10} profiled: step {p['step_ms']:.3f} ms, GPU busy {p['busy_ms']:.3f} ms, kernels "
+            f"{p['kernel_ms']:.3f} ms, idle between steps {p['starvation']:.2%}, inside {p['idle_inside_steps']:.2%}"
+        )
     for d, n in diff[:8] + diff[-3:]:
         print(f"  {d:+.4f} ms/step  {n[:110]}")
     return result

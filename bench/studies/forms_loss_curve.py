@@ -84,8 +84,9 @@ def plot(result: dict, path: Path) -> None:
     for form in FORMS:
         rate = result["runs"][form]["samples_per_s"]
         ax.plot(steps, [r[form] for r in rows], marker=".", label=f"{form} forms ({rate:,.0f} samples/s)")
+    args = result["args"]
     ax.set(xlabel="step", ylabel=f"mean loss over {result['comparison']['window']} steps", yscale="log",
-           title=f"{result['args']['model']}, batch {result['args']['batch_size']}: faster forms vs previous")  # fmt: skip
+           title=f"{args['model']}, batch {args['batch_size']}: faster forms vs previous")  # fmt: skip
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -15,7 +15,8 @@
 #   bash bench/studies/plan_gpu.sh soakwait    # wait for it within this call's minutes; repeat until "soak: complete"
 #   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
 #   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
-#   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data
+#   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data;
+#                                              # GPUTEST_FILES="tests/a.py ..." for some files only (~12 min for all)
 #   bash bench/studies/plan_gpu.sh curve       # the training loop's loss curve with the UNet's faster forms and previous ones
 #   bash bench/studies/plan_gpu.sh gap         # finding 2's pick (gpu) against its data-free rate: 3 alternated repeats,
 #                                              # then one profiled run each (GPU busy time and kernels per step)
