@@ -45,3 +45,21 @@ def test_candidate_mode_traces_on_cpu_and_profiles(tmp_path):
     assert "error" not in record["results"][mode] and record["results"][mode]["images_per_s"] > 0
     assert json.loads(out.read_text())["config"]["compile_backend"] == "aot_eager"
     assert "ms per step" in (prof / mode / "ops.md").read_text()
+
+
+@pytest.mark.slow
+def test_forms_loss_curve_trains_both_forms_from_one_seed(cifar_small, tmp_path):
+    """bench/studies/forms_loss_curve.py on CPU: two real training runs, one per form, in fresh processes; the curves
+    match within rounding (same seed, same draws), yet the runs did differ (the previous forms were in place)."""
+    from bench.studies import forms_loss_curve
+
+    result = forms_loss_curve.main(["--data", str(cifar_small), "--model", "tiny", "--device", "cpu", "--precision",
+                                    "fp32", "--no-compile", "--batch-size", "16", "--steps", "12", "--window", "4",
+                                    "--out", str(tmp_path)])  # fmt: skip
+    saved = json.loads((tmp_path / "curves.json").read_text())
+    assert saved["comparison"] == result["comparison"] and (tmp_path / "curves.png").stat().st_size > 0
+    current, previous = (saved["runs"][f]["losses"] for f in ("current", "previous"))
+    assert len(current) == len(previous) == 12 and len(saved["comparison"]["windows"]) == 3
+    assert max(abs(a - b) for a, b in zip(current, previous)) < 1e-4 * max(current)
+    assert saved["runs"]["current"]["param_checksum"] != saved["runs"]["previous"]["param_checksum"]
+    assert saved["comparison"]["within_2_se"] == 1.0 and not list(tmp_path.glob("run-*.json"))

@@ -6,7 +6,7 @@ steps, and the kernel time by kernel. The JSON keeps every run and the compariso
 whose time per step differs most.
 
     python -m bench.studies.datafree_gap --data DATA --backend gpu --model tiny --batch-size 512 --cpus 4 \\
-        --compile --steps 600 --warmup 30 --repeats 3 --out bench/results/datafree_gap_tiny
+        --compile --steps 600 --warmup 30 --repeats 3 --out bench/results/f2_gap_h100
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from ..job import Job, collapse
 
 
 def run(job: Job, out: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(out)],
-                   check=False)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()),
+                           "--out", str(out)], check=False)  # fmt: skip
+    if not out.is_file():  # run_one records its own errors; no file means the process itself died
+        raise SystemExit(f"{job.name}: the run wrote no result (exit {proc.returncode})")
     rec = json.loads(out.read_text())
     if "error" in rec:
         raise SystemExit(f"{job.name}: {rec['error']}")

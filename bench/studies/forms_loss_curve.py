@@ -6,7 +6,7 @@ through rounding, so the window means should differ by no more than their noise 
 mean, from the per-step spread). The JSON keeps every per-step loss, both rates and the comparison; the plot draws
 the window means.
 
-    python -m bench.studies.forms_loss_curve --data DATA --steps 5000 --out bench/results/forms_loss_curve_h100
+    python -m bench.studies.forms_loss_curve --data DATA --steps 4000 --out bench/results/forms_loss_curve_h100
     python -m bench.studies.forms_loss_curve --data DATA --model tiny --device cpu --precision fp32 --no-compile \\
         --batch-size 16 --steps 40 --window 10 --out /tmp/curve      # a smoke run without a GPU
 """
