@@ -16,7 +16,7 @@
 #   bash bench/studies/plan_gpu.sh fastest     # the GPU test: `fastest` decides in a minute for ddpm_cifar10 compiled
 #   bash bench/studies/plan_gpu.sh xcheck      # profiler trace vs CUDA events, starved and fed runs
 #   bash bench/studies/plan_gpu.sh gputest     # the CUDA cases of the test suite (pytest -m gpu), with the real data;
-#                                              # GPUTEST_FILES="tests/a.py ..." for some files only (~12 min for all)
+#                                              # ~20 min on a fresh machine: in parts, GPUTEST_FILES="tests/a.py ..."
 #   bash bench/studies/plan_gpu.sh curve       # the training loop's loss curve with the UNet's faster forms and previous ones
 #   bash bench/studies/plan_gpu.sh gap         # finding 2's pick (gpu) against its data-free rate: 3 alternated repeats,
 #                                              # then one profiled run each (GPU busy time and kernels per step)
@@ -235,7 +235,9 @@ for STEP in "$@"; do
                 --steps 40 --warmup 15 --crosscheck ;;
         gputest) mkdir -p "$OUT" "$RESULTS" ../shared/datasets  # the tests' real data (tests/conftest.py)
             [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp "$(datasets)"/*.tar.gz ../shared/datasets/
-            if [ -f "$RESULTS/pytest_gpu.txt" ]; then echo "gputest: ran earlier on this machine"; continue; fi
+            if [ -z "${GPUTEST_FILES:-}" ] && [ -f "$RESULTS/pytest_gpu.txt" ]; then
+                echo "gputest: ran earlier on this machine"; continue
+            fi
             # a failure is reported and the steps after it still run; a run cut short leaves no pytest_gpu.txt
             $PY -m pytest -m gpu -v --durations=15 -p no:cacheprovider ${GPUTEST_FILES:-} 2>&1 | tee "$OUT/pytest_gpu.txt" || echo "gputest: FAILED"
             cp "$OUT/pytest_gpu.txt" "$RESULTS/" ;;
