@@ -3,7 +3,7 @@ the data-free batch, each run as `bench loaders` runs it (bench.run_one: a fresh
 alternately `--repeats` times for their rates; then once each with the profiler on the measured steps (bench's
 cross-check), whose traces give per step the GPU's busy time, its idle time between steps (starvation) and inside
 steps, and the kernel time by kernel. The JSON keeps every run and the comparison; the printed table is the kernels
-whose time per step differs most.
+whose time per step differs most. Timed runs already in `--out` are kept, so a second call resumes the first.
 
     python -m bench.studies.datafree_gap --data DATA --backend gpu --model tiny --batch-size 512 --cpus 4 \\
         --compile --steps 600 --warmup 30 --repeats 3 --out bench/results/f2_gap_h100
