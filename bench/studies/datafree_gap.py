@@ -13,25 +13,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 from ..crosscheck import GPU_CATS, fetch_spans, load_trace
+from ..grid import job_timeout_s, run_job
 from ..job import Job, collapse
 
 
 def run(job: Job, out: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()),
-                           "--out", str(out)], check=False)  # fmt: skip
-    if not out.is_file():  # run_one records its own errors; no file means the process itself died
-        raise SystemExit(f"{job.name}: the run wrote no result (exit {proc.returncode})")
-    rec = json.loads(out.read_text())
-    if "error" in rec:
-        raise SystemExit(f"{job.name}: {rec['error']}")
-    return rec
+    """One configuration in a fresh process, as `bench loaders` runs it (a crash or a timeout is an error record)."""
+    if not run_job(job, out, dict(os.environ), job_timeout_s(job, None), None):
+        raise SystemExit(f"{job.name}: {json.loads(out.read_text())['error']}")
+    return json.loads(out.read_text())
 
 
 def kernel_ms_per_step(trace: Path) -> dict[str, float]:
