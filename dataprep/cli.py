@@ -48,11 +48,21 @@ def cli() -> None:
     help="Images: resize the shorter side to N and centre-crop N x N "
     "(as torchvision's Resize(N) + CenterCrop(N)); needed when the images differ in size.",
 )
+@click.option(
+    "--vae",
+    help="Store latents, not samples: a diffusers AutoencoderKL directory (save_pretrained) or hub id encodes every "
+    "image (and its mirror) or clip (its AudioLDM log-mel) once.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae batch.")
+@click.option("--device", help="Where --vae encodes: cuda, cuda:N or cpu [default: cuda when present].")
+@click.option("--vae-precision", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True,
+              help="Autocast of the encoder on a GPU (fp32 on the CPU).")  # fmt: skip
+@click.option("--compile", is_flag=True, help="torch.compile the --vae encoder (worth it for large datasets).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
-            channels, size, overwrite, quiet, timings) -> None:  # fmt: skip
+            channels, size, vae, batch_size, device, vae_precision, compile, overwrite, quiet, timings) -> None:  # fmt: skip
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
     from .convert import ConvertConfig
     from .convert import convert as run
@@ -60,7 +70,8 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
     cfg = ConvertConfig(
         output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,
         on_bad_file=on_bad_file, sample_rate=sample_rate, clip_seconds=clip_seconds, channels=channels,
-        size=size, progress=not quiet, overwrite=overwrite, timings=timings,
+        size=size, progress=not quiet, overwrite=overwrite, timings=timings, vae=vae, batch_size=batch_size,
+        device=_device(device, vae), vae_precision=vae_precision, compile=compile,
     )  # fmt: skip
     manifest = _guard(run, cfg)
     click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")
@@ -91,6 +102,20 @@ def info(data_dir: Path) -> None:
     from .manifest import describe, load_manifest
 
     click.echo(describe(_guard(load_manifest, data_dir)))
+
+
+def _device(device: str | None, vae: str | None) -> str | None:
+    if device is None:
+        return None
+    if vae is None:
+        raise click.BadParameter("only --vae runs on a device; drop --device or add --vae", param_hint="--device")
+    if device.split(":")[0] not in ("cuda", "cpu"):
+        raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
+    return device
 
 
 def _guard(fn, *args):

@@ -56,6 +56,12 @@ class ConvertConfig:
     overwrite: bool = False
     timings: bool = False  # print where the time went (the manifest keeps it either way)
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
+    # latents (dataprep.latents): encode every sample once with this AutoencoderKL (a directory or a hub id)
+    vae: str | None = None
+    batch_size: int = 64  # samples per autoencoder batch: an SD-sized encoder at 256 px fits in a few GiB at 64
+    device: str | None = None  # where the autoencoder runs; None: cuda when there is one
+    vae_precision: str = "bf16"  # bf16 autocast on a GPU (the encoder's fast path); always fp32 on the CPU
+    compile: bool = False  # torch.compile the encoder: pays for its minute of compiling on large datasets only
 
 
 def convert(cfg: ConvertConfig) -> dict:
@@ -71,6 +77,9 @@ def convert(cfg: ConvertConfig) -> dict:
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
     times = Timings()
+    vae = _load_vae(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after the decoding
+    if vae is not None and _rank() > 0:
+        return _encode_share(cfg, spec, vae)
     early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
     writers, digest, skipped, work = {}, SampleDigest(), [], None
     try:
@@ -89,7 +98,13 @@ def convert(cfg: ConvertConfig) -> dict:
                 first = next(stream, None)
             if first is None:
                 raise ConvertError(f"{cfg.input or cfg.source}: no usable samples ({len(skipped)} skipped)")
-            meta = _meta(source, first, spec)
+            encoder = None
+            if vae is not None:
+                encoder = _encoder(cfg, vae, source.kind, first, spec)
+                stream = encoder.stream(chain([first], stream))
+                with times.timed("first samples encoded"):
+                    first = next(stream)
+            meta = _meta(source, first, spec, encoder)
             writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
@@ -97,6 +112,8 @@ def convert(cfg: ConvertConfig) -> dict:
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = _finish_all(writers, tmp, cfg.workers, times)
         manifest = _manifest(cfg, source, meta, spec, digest, formats, skipped)
+        if encoder is not None:
+            manifest |= {"audio": None, "latent": encoder.describe()}
         wall, cpu = round(time.perf_counter() - t0, 2), round(time.process_time() - cpu0, 2)
         manifest["timings"] = {"wall_s": wall, "cpu_s": cpu, "workers": cfg.workers, "stages": times.as_dict()}
         write_json_atomic(tmp / NAME, manifest)
@@ -205,9 +222,59 @@ def _head(chunk: Chunk, n: int) -> Chunk:
     return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped)
 
 
-def _meta(source, chunk, spec: AudioSpec) -> DatasetMeta:
-    rate = spec.sample_rate if source.kind == "audio" else None
-    return DatasetMeta(source.kind, tuple(chunk.x.shape[1:]), str(chunk.x.dtype), list(source.classes), rate)
+def _meta(source, chunk, spec: AudioSpec, encoder=None) -> DatasetMeta:
+    kind = "latent" if encoder is not None else source.kind
+    rate = spec.sample_rate if kind == "audio" else None
+    return DatasetMeta(kind, tuple(chunk.x.shape[1:]), str(chunk.x.dtype), list(source.classes), rate)
+
+
+def _device(cfg: ConvertConfig) -> str:
+    import torch
+
+    return cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def _load_vae(cfg: ConvertConfig, times: Timings):
+    """The autoencoder on this process's device; under torchrun one GPU per rank, joined in a process group."""
+    import torch
+
+    from .latents import load_vae
+
+    device = _device(cfg)
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if device.startswith("cuda"):
+            device = f"cuda:{local}"
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    with times.timed("load the autoencoder"):
+        return load_vae(cfg.vae, device)
+
+
+def _encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
+    from .latents.encode import LatentEncoder
+
+    return LatentEncoder(vae, kind, tuple(first.x.shape[1:]), spec, batch_size=cfg.batch_size,
+                         precision=cfg.vae_precision, compile=cfg.compile)  # fmt: skip
+
+
+def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
+    """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
+    gathers every batch and writes the one output)."""
+    source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec,
+                          size=cfg.size)  # fmt: skip
+    stream = _usable(source.chunks(CHUNK, cfg.on_bad_file, cfg.workers), cfg.limit, [])
+    first = next(stream, None)
+    if first is None:
+        return {}
+    encoder = _encoder(cfg, vae, source.kind, first, spec)
+    for _ in encoder.stream(chain([first], stream)):
+        pass
+    return {}
 
 
 def _describe_files(root: Path, entries: list[Path | dict], workers: int) -> list[dict]:

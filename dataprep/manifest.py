@@ -56,8 +56,8 @@ def _is_int(v, low: int = 0) -> bool:
 def _problem(m: dict) -> str | None:
     """What is wrong with the manifest's structure, if anything (the readers trust it afterwards)."""
     checks = [
-        (m["kind"] in ("image", "audio"), "kind must be 'image' or 'audio'"),
-        (m["dtype"] in ("uint8", "float32"), "dtype must be 'uint8' or 'float32'"),
+        (m["kind"] in ("image", "audio", "latent"), "kind must be 'image', 'audio' or 'latent'"),
+        (m["dtype"] in ("uint8", "float32", "float16"), "dtype must be 'uint8', 'float32' or 'float16'"),
         (isinstance(m["sample_shape"], list) and m["sample_shape"] and all(_is_int(d, 1) for d in m["sample_shape"]),
          "sample_shape must be a list of positive ints"),
         (_is_int(m["count"]), "count must be an int >= 0"),
@@ -67,8 +67,18 @@ def _problem(m: dict) -> str | None:
          "each format must be an object listing its files as {path, bytes, sha256}"),
         (m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
          "audio must hold a sample_rate"),
+        (m["kind"] != "latent" or _latent_ok(m.get("latent"), m["sample_shape"]),
+         "latent must hold of, views, scaling_factor, shift_factor and a shape that matches sample_shape"),
     ]  # fmt: skip
     return next((message for ok, message in checks if not ok), None)
+
+
+def _latent_ok(latent, sample_shape: list) -> bool:
+    """What the loaders read to turn stored moments into model input (dataprep.latents.encode)."""
+    return isinstance(latent, dict) and latent.get("of") in ("image", "audio") and all(
+        isinstance(latent.get(k), (int, float)) and not isinstance(latent.get(k), bool)
+        for k in ("scaling_factor", "shift_factor")
+    ) and isinstance(latent.get("views"), list) and sample_shape == [len(latent["views"]), 2, *latent.get("shape", [])]
 
 
 def _format_ok(fmt) -> bool:
@@ -100,6 +110,11 @@ def describe(manifest: dict) -> str:
         lines.append(f"audio:   {a['sample_rate']} Hz, {a.get('clip_seconds')} s clips, {a.get('channels')} channel(s)")
     if isinstance(manifest.get("resize"), dict):
         lines.append(f"resized: {resize_line(manifest)}")
+    if manifest["kind"] == "latent":
+        lat, vae = manifest["latent"], manifest["latent"].get("vae", {})
+        lines.append(f"latents: {lat['of']} latents {tuple(lat['shape'])}, views {', '.join(lat['views'])}; mean and "
+                     f"std stored as {manifest['dtype']}, delivered x {lat['scaling_factor']}")  # fmt: skip
+        lines.append(f"vae:     {vae.get('name')} (sha256 {str(vae.get('sha256'))[:16]}...)")
     for name, fmt in manifest["formats"].items():
         files = fmt.get("files", [])
         size = sum(f["bytes"] for f in files)

@@ -2,8 +2,9 @@
 
 Backends differ in how uint8 pixels (or float32 clips) reach `device`. Unshuffled and unflipped, every backend yields
 the same samples in the same order with the same values (the conformance suite checks it pixel by pixel): the
-arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last) and `log_mel` (the
-audio features, computed on `device`); DALI's fused crop_mirror_normalize computes the same. Shuffled, each backend
+arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last), `log_mel` (the
+audio features, computed on `device`) and `finish_latents` (a view and a draw from the stored latent moments, times
+the autoencoder's scaling factor); DALI's fused crop_mirror_normalize computes the same. Shuffled, each backend
 draws its own order and flips from the seed (every sample once per epoch, about half flipped), so two backends
 train on equally distributed but not identical batch sequences."""
 
@@ -23,7 +24,8 @@ import torch
 
 @dataclass
 class Batch:
-    x: torch.Tensor  # images (N,3,H,W) in [-1,1]; audio (N,C,n_mels,frames) log-mel in about [-1,1], or (N,C,T) wave
+    x: torch.Tensor  # images (N,3,H,W) in [-1,1]; audio (N,C,n_mels,frames) log-mel in about [-1,1], or (N,C,T) wave;
+    # latents (N,C,h,w) scaled by the autoencoder's scaling_factor (about unit variance)
     y: torch.Tensor  # int64 labels (N,)
 
 
@@ -34,7 +36,7 @@ class LoaderOptions:
     pin_memory: bool = True  # page-locked host buffers so the copy to the GPU can overlap compute
     device: str = "cpu"
     shuffle: bool = True
-    augment: bool = True  # random horizontal flip of images, as DDPM trains on CIFAR-10
+    augment: bool = True  # random horizontal flip of images, as DDPM trains on CIFAR-10; latents: flip and draw
     drop_last: bool = True  # equal batch shapes: torch.compile and CUDA graphs want them
     seed: int = 0
     rank: int = 0
@@ -96,6 +98,10 @@ class Loader(ABC):
         if self.kind == "image":
             flip = flip_mask(len(y), self.opts, self.epoch, batch_index) if self.opts.augment else None
             x = finish_images(x, self.opts.dtype, flip)
+        elif self.kind == "latent":
+            noise = noise_generator(x.device, self.opts, self.epoch, batch_index) if self.opts.augment else None
+            flip = flip_mask(len(y), self.opts, self.epoch, batch_index) if self.opts.augment else None
+            x = finish_latents(x, self.opts.dtype, self.manifest["latent"], flip, noise)
         else:
             x = finish_audio(x, self.opts.dtype, self.opts.representation, int(self.manifest["audio"]["sample_rate"]))
         return Batch(x, y.to(torch.int64))
@@ -113,6 +119,29 @@ def flip_mask(n: int, opts: LoaderOptions, epoch: int, batch_index: int) -> torc
     """Which samples of a batch to mirror: a pure function of (seed, rank, epoch, batch), on the CPU (n booleans)."""
     g = torch.Generator().manual_seed(hash((opts.seed, opts.rank, epoch, batch_index)) & (2**62 - 1))
     return torch.rand(n, generator=g) < 0.5
+
+
+def noise_generator(device: torch.device, opts: LoaderOptions, epoch: int, batch_index: int) -> torch.Generator:
+    """The latent draws of a batch: a generator on the batch's device seeded by (seed, rank, epoch, batch)."""
+    seed = hash((opts.seed, opts.rank, epoch, batch_index, "noise")) & (2**62 - 1)
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def finish_latents(x: torch.Tensor, dtype: torch.dtype, latent: dict, flip: torch.Tensor | None,
+                   noise: torch.Generator | None) -> torch.Tensor:  # fmt: skip
+    """Stored moments (N, V, 2, C, h, w) float16 on device -> (N, C, h, w) dtype model input: the mirrored view
+    where `flip` (when stored), mean + std * noise when `noise`, else the mean; then (z - shift) * scaling_factor,
+    as diffusers' latent diffusion scripts scale it."""
+    view = x[:, 0]
+    if flip is not None and x.shape[1] > 1:
+        view = torch.where(flip.to(x.device, non_blocking=True)[:, None, None, None, None], x[:, 1], view)
+    z = view[:, 0].float()
+    if noise is not None:
+        eps = torch.randn(z.shape, device=z.device, generator=noise)
+        z = z + view[:, 1].float() * eps
+    z = (z - latent["shift_factor"]) * latent["scaling_factor"]
+    z = z.to(dtype)
+    return z.contiguous(memory_format=torch.channels_last) if z.is_cuda else z.contiguous()
 
 
 def leave_stop_signals_to_the_parent(_worker_id: int) -> None:

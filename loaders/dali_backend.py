@@ -42,13 +42,14 @@ class DaliLoader(Loader):
         o, m = self.opts, self.manifest
         paths, index_paths = shard_paths(self.data_dir)
         image = self.kind == "image"
+        dtype = {"image": types.UINT8, "audio": types.FLOAT, "latent": types.FLOAT16}[self.kind]
 
         @pipeline_def(batch_size=o.batch_size, num_threads=max(1, o.workers), device_id=device_id, seed=o.seed,
                       prefetch_queue_depth=max(1, o.prefetch))  # fmt: skip
         def pipe():
             data, label = fn.readers.webdataset(
                 paths=paths, index_paths=index_paths, ext=[data_ext(self.kind), "cls"],
-                dtypes=[types.UINT8 if image else types.FLOAT, types.INT64], random_shuffle=o.shuffle,
+                dtypes=[dtype, types.INT64], random_shuffle=o.shuffle,
                 initial_fill=INITIAL_FILL, shard_id=o.rank, num_shards=o.world_size, name="reader",
                 pad_last_batch=True,  # no sample of the next epoch leaks into the last batch of this one
             )  # fmt: skip
@@ -75,13 +76,13 @@ class DaliLoader(Loader):
 
     def __iter__(self) -> Iterator[Batch]:
         o = self.opts
-        for out in self.it:
+        for i, out in enumerate(self.it):
             x, y = out[0]["x"], out[0]["y"].reshape(-1)
             if self.kind == "image":
                 x = x.to(o.device).to(o.dtype)
                 yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y.to(o.device))
-            else:
-                yield self.finish(x.to(o.device), y.to(o.device), 0)
+            else:  # audio's mel and latents' view and draw: the shared finishing on the device
+                yield self.finish(x.to(o.device), y.to(o.device), i)
 
     def close(self) -> None:
         self.it = None

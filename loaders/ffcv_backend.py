@@ -31,6 +31,8 @@ class FfcvLoader(Loader):
         label = [IntDecoder(), ToTensor(), Squeeze(), *to_dev]
         if self.kind == "image":
             return {"image": [SimpleRGBImageDecoder(), ToTensor(), *to_dev], "label": label}
+        if self.kind == "latent":  # int16 bit patterns of float16 (dataprep.formats.ffcv.stored_dtype)
+            return {"latent": [NDArrayDecoder(), ToTensor(), *to_dev], "label": label}
         return {"audio": [NDArrayDecoder(), ToTensor(), *to_dev], "label": label, "length": None}
 
     def __iter__(self) -> Iterator[Batch]:
@@ -52,7 +54,9 @@ class FfcvLoader(Loader):
         for i, batch in enumerate(self._loader):
             # FFCV recycles its output buffers batches_ahead batches later: copy what finish() would not
             x, y = batch[0], batch[1].reshape(-1).clone()
-            yield self.finish(x if self.kind == "image" else x.clone(), y, i)
+            if self.kind == "latent":  # finish_latents writes new tensors, as finish_images does
+                x = x.view(torch.float16)
+            yield self.finish(x if self.kind != "audio" else x.clone(), y, i)
 
     def close(self) -> None:
         self._loader = None  # FFCV's threads live only while an epoch is being iterated

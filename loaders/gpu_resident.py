@@ -2,7 +2,8 @@
 decoding. The work is done per epoch, not per batch: `torch.randperm` on the device, one gather, one flip of about
 half the samples and the shared `finish_images` over the whole epoch; every batch is then a slice of that epoch
 tensor, free to hand out. On a CPU device the data stays in host memory. Audio is kept as its finished features
-(the mel is the same every epoch, so it is computed once). Knobs: workers, pin_memory and prefetch are ignored
+(the mel is the same every epoch, so it is computed once); latents as their stored float16 moments, a view and a
+draw per sample taken for the whole epoch at once. Knobs: workers, pin_memory and prefetch are ignored
 (there is nothing to overlap). It loads from data.h5 (or the plain files) once, and refuses a dataset whose
 resident copy plus one finished epoch exceed MAX_FREE_FRACTION of the device's free memory (host memory for a CPU
 device), leaving room for the model."""
@@ -15,7 +16,7 @@ import numpy as np
 import torch
 
 from . import LoaderError
-from .base import Batch, Loader, finish_audio, finish_images
+from .base import Batch, Loader, finish_audio, finish_images, finish_latents, noise_generator
 
 MAX_FREE_FRACTION = 0.5  # the model, its activations and the optimizer need the rest
 
@@ -30,8 +31,10 @@ class GpuResidentLoader(Loader):
         device = torch.device(opts.device)
         itemsize = torch.empty((), dtype=opts.dtype).element_size()
         per_sample = int(np.prod(manifest["sample_shape"]))
-        resident = per_sample * np.dtype(manifest["dtype"]).itemsize if self.kind == "image" else per_sample * itemsize
-        nbytes = (resident + per_sample * itemsize) * manifest["count"]  # resident set + one finished epoch
+        stored = self.kind != "audio"  # kept as stored; audio as its finished features
+        resident = per_sample * (np.dtype(manifest["dtype"]).itemsize if stored else itemsize)
+        finished = int(np.prod(manifest["latent"]["shape"])) if self.kind == "latent" else per_sample
+        nbytes = (resident + finished * itemsize) * manifest["count"]  # resident set + one finished epoch
         free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else _host_available()
         if nbytes > MAX_FREE_FRACTION * free:
             where = device if device.type == "cuda" else "the host (device cpu)"
@@ -41,8 +44,8 @@ class GpuResidentLoader(Loader):
             )
         x, y = self._load()
         x = torch.from_numpy(x).to(device)
-        if self.kind == "image":
-            self.x = x  # uint8 NHWC: a quarter of the bytes of float32, so 4x the dataset fits
+        if stored:
+            self.x = x  # uint8 NHWC (a quarter of float32's bytes, so 4x the dataset fits), or latents' float16
         else:
             rate = int(manifest["audio"]["sample_rate"])
             self.x = torch.cat([finish_audio(c, opts.dtype, opts.representation, rate) for c in x.split(4096)])
@@ -80,6 +83,12 @@ class GpuResidentLoader(Loader):
             if self.opts.augment:
                 flip = torch.rand(len(idx), device=x.device, generator=self._generator(1)) < 0.5
             x = finish_images(x, self.opts.dtype, flip)
+        elif self.kind == "latent":
+            flip = noise = None
+            if self.opts.augment:
+                flip = torch.rand(len(idx), device=x.device, generator=self._generator(1)) < 0.5
+                noise = noise_generator(x.device, self.opts, self.epoch, -1)  # -1: the whole epoch
+            x = finish_latents(x, self.opts.dtype, self.manifest["latent"], flip, noise)
         end = len(idx) - len(idx) % bs if self.opts.drop_last else len(idx)
         for start in range(0, end, bs):
             yield Batch(x[start : start + bs], y[start : start + bs])

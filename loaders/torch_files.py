@@ -1,5 +1,5 @@
 """The baseline people write today: a `torch.utils.data.Dataset` over one file per sample (PIL decodes PNG,
-soundfile decodes WAV), torchvision's ToTensor + Normalize on the CPU in each worker, `DataLoader(num_workers,
+soundfile decodes WAV, numpy reads a latent's .npy), torchvision's ToTensor + Normalize on the CPU in each worker, `DataLoader(num_workers,
 pin_memory)`, then `.to(device)`. Knobs: workers -> num_workers; pin_memory -> pin_memory; prefetch ->
 prefetch_factor (workers > 0 only). Workers are not persistent, as in the tutorials: each epoch starts them again.
 """
@@ -39,6 +39,8 @@ class FilesDataset(torch.utils.data.Dataset):
 
     def _read(self, i: int):
         path, label = self.root / self.rows[i][0], int(self.rows[i][1])
+        if self.kind == "latent":  # mirrored view and draw happen on the device, per batch (loaders.base)
+            return torch.from_numpy(np.load(path, allow_pickle=False)), label
         if self.kind == "audio":
             import soundfile as sf
 
@@ -74,11 +76,11 @@ class TorchFilesLoader(Loader):
             worker_init_fn=leave_stop_signals_to_the_parent,
         )  # fmt: skip
         with worker_errors("torch", self.data_dir):
-            for x, y in loader:
+            for i, (x, y) in enumerate(loader):
                 x = x.to(o.device, non_blocking=self.pin)
                 y = y.to(o.device, non_blocking=self.pin)
                 if self.kind == "image":  # already normalized and flipped on the CPU by the transforms
                     x = x.to(o.dtype)
                     yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y)
                 else:
-                    yield self.finish(x, y, 0)
+                    yield self.finish(x, y, i)

@@ -6,6 +6,7 @@ files so the reader does not scan the tars at start-up.
 Sample k (global, manifest order) is the tar members `{k:08d}.<ext>`, each the raw little-endian bytes of:
     images: `rgb`  uint8 (H, W, 3) pixels        -> readers.webdataset(ext=["rgb", "cls"], dtypes=[UINT8, INT64])
     audio:  `pcm`  float32 (T,) or (C, T) samples -> ext=["pcm", "cls", "len"], dtypes=[FLOAT, INT64, INT64]
+    latent: `lat`  float16 (V, 2, C, h, w) moments -> ext=["lat", "cls"], dtypes=[FLOAT16, INT64]
     both:   `cls`  int64 label;  audio: `len` int64 valid samples
 The reader returns flat 1-D tensors of the declared dtype: reshape to manifest["sample_shape"]. No decoder runs:
 the pixels are already decoded, so DALI's work is reading, flipping and normalizing. Index files are in DALI's
@@ -34,7 +35,7 @@ SHARD_SAMPLES = 8192  # ~25 MB of CIFAR per shard: few files to open, enough sha
 
 
 def data_ext(kind: str) -> str:
-    return "rgb" if kind == "image" else "pcm"
+    return {"image": "rgb", "audio": "pcm", "latent": "lat"}[kind]
 
 
 def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list[str]]:
@@ -139,7 +140,7 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                 if (
                     len(ys) == chunk_size
                     and len(xs) == chunk_size
-                    and (meta.kind == "image" or len(lens) == chunk_size)
+                    and (meta.kind != "audio" or len(lens) == chunk_size)
                 ):
                     yield _chunk(xs, ys, lens)
                     xs, ys, lens = [], [], []

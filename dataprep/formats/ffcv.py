@@ -1,5 +1,7 @@
 """FFCV (`data.beton`): fields `image` (RGBImageField, write_mode="raw": the decoded uint8 pixels, no JPEG) or
-`audio` (NDArrayField float32, sample_shape), `label` (IntField) and, for audio, `length` (IntField).
+`audio` (NDArrayField float32, sample_shape) or `latent` (NDArrayField int16, sample_shape: the float16 values' bit
+patterns, since FFCV's numba-compiled loader has no float16 type; `stored_dtype`), `label` (IntField) and, for audio,
+`length` (IntField).
 
 FFCV's writer wants random access (`dataset[i]`) from worker processes, but our sources stream. The writer stages
 the samples as fixed-size records in a scratch file inside the temporary conversion directory and serves FFCV from
@@ -26,8 +28,13 @@ STAGING = "ffcv-staging.bin"
 WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: small enough to balance two workers
 
 
+def stored_dtype(dtype: str) -> np.dtype:
+    """What the .beton holds for samples of `dtype`: float16 as its int16 bit patterns (read back with .view)."""
+    return np.dtype("int16") if dtype == "float16" else np.dtype(dtype)
+
+
 def field_names(kind: str) -> tuple[str, ...]:
-    return ("image", "label") if kind == "image" else ("audio", "label", "length")
+    return {"image": ("image", "label"), "latent": ("latent", "label")}.get(kind, ("audio", "label", "length"))
 
 
 class StagedRecords:
@@ -44,7 +51,8 @@ class StagedRecords:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY)
         size = self.meta.record_bytes
-        x = np.frombuffer(os.pread(self._fd, size, i * size), self.meta.dtype).reshape(self.meta.sample_shape)
+        x = np.frombuffer(os.pread(self._fd, size, i * size), stored_dtype(self.meta.dtype))
+        x = x.reshape(self.meta.sample_shape)
         if self.lengths is None:
             return x, int(self.labels[i])
         return x, int(self.labels[i]), int(self.lengths[i])
@@ -85,7 +93,9 @@ def _fields(meta: DatasetMeta) -> dict:
 
     if meta.kind == "image":
         return {"image": RGBImageField(write_mode="raw"), "label": IntField()}
-    data = NDArrayField(dtype=np.dtype(meta.dtype), shape=tuple(meta.sample_shape))
+    data = NDArrayField(dtype=stored_dtype(meta.dtype), shape=tuple(meta.sample_shape))
+    if meta.kind == "latent":
+        return {"latent": data, "label": IntField()}
     return {"audio": data, "label": IntField(), "length": IntField()}
 
 
@@ -263,7 +273,8 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
 
     kind = manifest["kind"]
     names = field_names(kind)
-    decoders = {"image": SimpleRGBImageDecoder(), "audio": NDArrayDecoder(), "label": IntDecoder()}
+    decoders = {"image": SimpleRGBImageDecoder(), "audio": NDArrayDecoder(), "latent": NDArrayDecoder(),
+                "label": IntDecoder()}  # fmt: skip
     decoders["length"] = IntDecoder()
     loader = Loader(
         str(Path(data_dir) / FILENAME), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
@@ -271,5 +282,6 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
     )  # fmt: skip
     for batch in loader:
         x, y = np.array(batch[0]), np.asarray(batch[1]).reshape(-1).astype(np.int64)
+        x = x.view(manifest["dtype"]) if kind == "latent" else x
         length = np.asarray(batch[2]).reshape(-1).astype(np.int64) if kind == "audio" else None
         yield Chunk(x, y, length)

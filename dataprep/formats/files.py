@@ -1,5 +1,6 @@
-"""Plain files, what the common tutorials read: one PNG per image (lossless, so the pixels survive exactly) or one
-float32 WAV per clip, plus `files/index.csv` (path,label[,length]) in manifest order."""
+"""Plain files, what the common tutorials read: one PNG per image (lossless, so the pixels survive exactly), one
+float32 WAV per clip or one `.npy` per latent sample (as latent-diffusion training scripts cache their features), plus
+`files/index.csv` (path,label[,length]) in manifest order."""
 
 from __future__ import annotations
 
@@ -19,8 +20,11 @@ DIRNAME = "files"
 PER_FOLDER = 256
 
 
+EXTENSIONS = {"image": "png", "audio": "wav", "latent": "npy"}
+
+
 def sample_path(index: int, kind: str) -> str:
-    return f"{index // PER_FOLDER:05d}/{index:08d}.{'png' if kind == 'image' else 'wav'}"
+    return f"{index // PER_FOLDER:05d}/{index:08d}.{EXTENSIONS[kind]}"
 
 
 def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, start: int) -> tuple[list[dict], str]:
@@ -40,6 +44,8 @@ def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, st
             from PIL import Image
 
             Image.fromarray(chunk.x[k]).save(buf, format="PNG", compress_level=1)
+        elif kind == "latent":
+            np.save(buf, chunk.x[k], allow_pickle=False)
         else:
             import soundfile as sf
 
@@ -94,6 +100,8 @@ def read_sample(path: Path, kind: str) -> np.ndarray:
 
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    if kind == "latent":
+        return np.load(path, allow_pickle=False)  # never pickles: a doctored file cannot run code
     import soundfile as sf
 
     x, _ = sf.read(path, dtype="float32", always_2d=True)

@@ -1,0 +1,142 @@
+"""Decoded chunks in, stored latents out: what `dataprep convert --vae` writes in place of pixels or clips.
+
+Per sample it stores, as float16 (V, 2, C, h, w): for each view the mean and the standard deviation of the
+autoencoder's latent distribution. Images have two views, the image and its horizontal mirror, because a latent
+cannot be mirrored as a tensor (the encoder's receptive fields are not symmetric), so flip augmentation survives
+caching only if the mirror is encoded too; clips have one (a spectrogram has no mirror that sounds alike). Mean and
+std rather than one draw: the loaders draw z = mean + std * noise afresh every epoch (as EDM2 does), which is what
+encoding in the loop gives, and the mean alone is the deterministic encoding anyone can compare with their own.
+
+Under torchrun every rank reads the same input and encodes every world_size-th batch of each chunk; rank 0 gathers
+and writes, so the output is the same dataset as one process writes (the batches are the same batches)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+from ..sources.base import AudioSpec, Chunk
+from .vae import Vae, VaeError
+
+VIEWS = {"image": ("image", "mirrored"), "audio": ("clip",)}
+STORED = ("mean", "std")
+DTYPE = "float16"  # half the bytes of float32; its rounding (2^-11 relative) is far below the noise drawn each epoch
+
+
+class LatentEncoder:
+    """Encodes chunks of one source kind; `describe()` is the manifest's "latent" entry."""
+
+    def __init__(self, vae: Vae, kind: str, sample_shape: tuple[int, ...], audio: AudioSpec, *, batch_size: int,
+                 precision: str = "fp32", compile: bool = False) -> None:  # fmt: skip
+        self.vae, self.kind, self.audio, self.batch_size = vae, kind, audio, batch_size
+        self.device = next(vae.model.parameters()).device
+        self.views = VIEWS[kind]
+        if kind == "image":
+            height, width, channels = sample_shape
+            self.input = {"kind": "image", "height": height, "width": width, "range": "[-1, 1]"}
+        else:
+            channels, height, width = self._mel_input(sample_shape, audio)
+        self.latent = vae.latent_shape(channels, height, width, f"the {kind} input ({channels}x{height}x{width})")
+        self.sample_shape = (len(self.views), len(STORED), *self.latent)
+        autocast = precision == "bf16" and self.device.type == "cuda"
+        self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
+        self.precision = "bf16" if autocast else "fp32"
+        self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
+        self.rank, self.world = _dist()
+        self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
+
+    def _mel_input(self, sample_shape: tuple[int, ...], audio: AudioSpec) -> tuple[int, int, int]:
+        from .mel import N_MELS, SAMPLE_RATE, frames_for
+
+        if audio.sample_rate != SAMPLE_RATE:
+            raise VaeError(f"AudioLDM's mel features are defined at {SAMPLE_RATE} Hz; convert with --sample-rate "
+                           f"{SAMPLE_RATE}, not {audio.sample_rate}")  # fmt: skip
+        if len(sample_shape) != 1:
+            raise VaeError(f"an AudioLDM-shaped autoencoder takes mono clips; convert with --channels 1, not "
+                           f"{sample_shape[0]}")  # fmt: skip
+        frames = frames_for(sample_shape[0])
+        self.input = {"kind": "log-mel (AudioLDM)", "sample_rate": SAMPLE_RATE, "clip_seconds": audio.clip_seconds,
+                      "frames": frames, "mels": N_MELS, "layout": "(1, frames, mels)"}  # fmt: skip
+        return 1, frames, N_MELS
+
+    def describe(self) -> dict:
+        return {
+            "of": self.kind,
+            "views": list(self.views),
+            "stored": list(STORED),
+            "shape": list(self.latent),
+            "dtype": DTYPE,
+            "scaling_factor": self.vae.scaling_factor,
+            "shift_factor": self.vae.shift_factor,
+            "input": self.input,
+            "vae": self.vae.identity,
+            "encoded": {"device": str(self.device), "precision": self.precision, "processes": self.world},
+        }
+
+    def _inputs(self, x: np.ndarray) -> torch.Tensor:
+        """A batch as the autoencoder takes it, mirrored views appended after the originals."""
+        t = torch.from_numpy(x).to(self.device, non_blocking=False)
+        if self.kind == "audio":
+            from .mel import audioldm_mel
+
+            return audioldm_mel(t.float())[:, None]
+        t = t.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)
+        t = torch.cat([t, t.flip(3)])
+        return t.contiguous(memory_format=torch.channels_last) if t.is_cuda else t
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
+        """(n, V, 2, C, h, w) float16 for n samples; halves the pieces it encodes at once when the GPU runs out (the
+        batches stay as they are: under torchrun they are what the ranks share out)."""
+        out, start = [], 0
+        while start < len(x):
+            try:
+                with self.autocast:
+                    mean, std = self._moments(self._inputs(x[start : start + self.piece]))
+            except torch.OutOfMemoryError:
+                if self.piece == 1:
+                    raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or "
+                                   "convert on another device (--device cpu)") from None  # fmt: skip
+                torch.cuda.empty_cache()
+                if self.piece == self.batch_size:
+                    print(f"encode: out of GPU memory; encoding {self.piece // 2} at a time from now on (--batch-size "
+                          f"{self.piece // 2} avoids the retry)", file=sys.stderr)  # fmt: skip
+                self.piece //= 2
+                continue
+            n = len(mean) // len(self.views)
+            both = torch.stack([mean, std], 1).reshape(len(self.views), n, len(STORED), *self.latent)
+            out.append(both.transpose(0, 1).to(torch.float16).cpu().numpy())
+            start += n
+        return np.concatenate(out)
+
+    def encode(self, chunk: Chunk) -> Chunk:
+        """The chunk's latents; under torchrun rank r encodes batches r, r + world, ... and every rank gets all."""
+        bs = self.batch_size
+        starts = range(0, len(chunk), bs)
+        mine = {s: self._encode(chunk.x[s : s + bs]) for k, s in enumerate(starts) if k % self.world == self.rank}
+        if self.world > 1:
+            parts: list = [None] * self.world
+            torch.distributed.all_gather_object(parts, mine)
+            mine = {s: v for part in parts for s, v in part.items()}
+        return Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
+
+    def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """Encode chunk k + 1 in a thread while the caller writes chunk k (the GPU's work releases the GIL)."""
+        with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:
+            pending = None
+            for chunk in chunks:
+                ahead = pool.submit(self.encode, chunk)
+                if pending is not None:
+                    yield pending.result()
+                pending = ahead
+            if pending is not None:
+                yield pending.result()
+
+
+def _dist() -> tuple[int, int]:
+    d = torch.distributed
+    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
