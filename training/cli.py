@@ -37,7 +37,12 @@ def _d(name: str):
     "--model",
     type=click.Choice(MODEL_NAMES),
     default=None,
-    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio].",
+    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio, dit_b2 for latents or --vae].",
+)
+@click.option(
+    "--vae",
+    help="Pixel or clip data: encode every batch in the step with this diffusers AutoencoderKL (directory or hub "
+    "id), the baseline that `dataprep convert --vae` replaces.",
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
@@ -86,7 +91,7 @@ def _d(name: str):
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")
 def train(no_progress: bool, device: str | None, as_json: bool, **options) -> None:
-    """Train a DDPM UNet on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
+    """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if device and device.startswith("cuda"):

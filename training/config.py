@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest": `bench fastest` picks (training.stream)
-MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny")  # keys of training.model.MODEL_PRESETS (a test checks)
+MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -23,7 +23,10 @@ def _default_device() -> str:
 class TrainConfig:
     data: Path  # a directory written by `dataprep convert` (has manifest.json)
     loader: str = "fastest"  # a loaders.BACKENDS name, or "fastest" to let bench pick on this machine
-    model: str | None = None  # a MODEL_PRESETS name; None picks ddpm_cifar10 / ddpm_audio_mel from the manifest kind
+    model: str | None = None  # a MODEL_PRESETS name; None: ddpm_cifar10 / ddpm_audio_mel / dit_b2 by the data's kind
+    # pixel or clip data only: encode every batch with this AutoencoderKL inside the step, the baseline that
+    # `dataprep convert --vae` replaces (a directory written by save_pretrained, or a hub id)
+    vae: str | None = None
     batch_size: int = 128  # per rank; Ho et al. (2020) trained CIFAR-10 at 128
     steps: int = 10_000  # total optimizer steps, counted across resumes (the paper ran 800k)
     lr: float = 2e-4  # the paper's CIFAR-10 learning rate

@@ -27,11 +27,14 @@ class GaussianDiffusion(nn.Module):
         ab = self._at(self.alpha_bar, t)
         return ab.sqrt() * x0 + (1 - ab).sqrt() * noise
 
-    def loss(self, model: nn.Module, x0: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The simplified objective: || eps - eps_theta(x_t, t) ||^2 with t uniform."""
+    def loss(self, model: nn.Module, x0: torch.Tensor, generator: torch.Generator | None = None,
+             y: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """The simplified objective: || eps - eps_theta(x_t, t[, y]) ||^2 with t uniform; y for class-conditional
+        models."""
         t = torch.randint(0, self.T, (x0.shape[0],), device=x0.device, generator=generator)
         noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
-        pred = model(self.q_sample(x0, t, noise).to(x0.dtype), t)
+        x_t = self.q_sample(x0, t, noise).to(x0.dtype)
+        pred = model(x_t, t) if y is None else model(x_t, t, y)
         return F.mse_loss(pred.float(), noise.float())
 
     @torch.no_grad()
@@ -50,17 +53,20 @@ class GaussianDiffusion(nn.Module):
 
     @torch.no_grad()
     def ddim_sample(self, model: nn.Module, shape: tuple[int, ...], steps: int = 50, eta: float = 0.0,
-                    generator: torch.Generator | None = None,
-                    device: str | torch.device = "cpu") -> torch.Tensor:  # fmt: skip
-        """DDIM over `steps` evenly spaced timesteps; eta=0 is deterministic given the starting noise."""
+                    generator: torch.Generator | None = None, device: str | torch.device = "cpu",
+                    y: torch.Tensor | None = None, clip: bool = True) -> torch.Tensor:  # fmt: skip
+        """DDIM over `steps` evenly spaced timesteps; eta=0 is deterministic given the starting noise. `clip` holds
+        the predicted x0 to [-1, 1], the range of pixels and mels; latents have no such range."""
+        eps_of = model if y is None else (lambda x, t: model(x, t, y))
         x = torch.randn(shape, device=device, generator=generator)
         ts = torch.linspace(self.T - 1, 0, steps, device=device).round().long()
         for k, i in enumerate(ts):
             t = i.repeat(shape[0])
             ab = self._at(self.alpha_bar, t)
             ab_next = self._at(self.alpha_bar, ts[k + 1].repeat(shape[0])) if k + 1 < steps else torch.ones_like(ab)
-            eps = model(x, t).float()
-            x0 = ((x - (1 - ab).sqrt() * eps) / ab.sqrt()).clamp(-1, 1)
+            eps = eps_of(x, t).float()
+            x0 = (x - (1 - ab).sqrt() * eps) / ab.sqrt()
+            x0 = x0.clamp(-1, 1) if clip else x0
             sigma = eta * ((1 - ab_next) / (1 - ab) * (1 - ab / ab_next)).sqrt()
             noise = torch.randn(shape, device=device, generator=generator) if k + 1 < steps else 0.0
             x = ab_next.sqrt() * x0 + (1 - ab_next - sigma**2).clamp_min(0).sqrt() * eps + sigma * noise

@@ -32,7 +32,7 @@ from .checkpoint import (
 from .config import TrainConfig
 from .metrics import MetricsLog
 from .starvation import StepTimer
-from .stream import EpochStream, check_fits, choose_loader, data_kind, open_loader
+from .stream import EpochStream, check_fits, choose_loader, data_spec, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
@@ -81,19 +81,24 @@ def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], decay
 
 def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
     from .diffusion import GaussianDiffusion
-    from .model import MODEL_PRESETS, UNet
+    from .latent import OnlineEncoder, Preview
+    from .model import model_config
     from .profiling import count_train_flops, profile_steps
 
     t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
-    kind, model_name, channels = data_kind(cfg, injected=loader is not None)
+    spec = data_spec(cfg, injected=loader is not None)
+    kind, model_name = spec.kind, spec.model
+    # --vae: the autoencoder encodes every batch inside the step, and the model trains on its latents
+    encoder = OnlineEncoder(cfg.vae, spec, cfg.data, device, cfg.compile) if cfg.vae else None
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 mode on tensor cores
     torch.backends.cudnn.benchmark = True  # fixed shapes: autotune the convolutions once
 
     # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
     torch.manual_seed(cfg.seed)
-    mcfg = MODEL_PRESETS[model_name](**({"in_channels": channels} if channels else {}))  # stereo clips: 2
+    mcfg = model_config(model_name, encoder.shape if encoder else spec.shape, spec.classes)
+    conditional = getattr(mcfg, "num_classes", 0) > 0  # DiT on labelled data
     memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
-    model = UNet(mcfg).to(device, memory_format=memory_format)
+    model = mcfg.build().to(device, memory_format=memory_format)
     ema_model = copy.deepcopy(model).requires_grad_(False)
     diffusion = GaussianDiffusion().to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=cuda)  # fused: one kernel for all params
@@ -128,7 +133,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     choice = None
     if loader is None:
         choice = choose_loader(cfg, model_name, device, info)
-        loader = open_loader(cfg, choice, device, info)
+        loader = open_loader(cfg, choice, device, info, kind)
         cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
     t_stream = time.perf_counter()
@@ -142,6 +147,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
                   file=sys.stderr)  # fmt: skip
 
     log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
+    preview = Preview(spec, encoder, device)
     timer = StepTimer(device)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     params, ema_params = list(model.parameters()), list(ema_model.parameters())
@@ -152,11 +158,12 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     pending: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
     step, first_batch_s, flops, stopping, sample_shape = start_step, None, None, False, []
 
-    def train_step(x: torch.Tensor) -> None:
+    def train_step(x: torch.Tensor, y: torch.Tensor) -> None:
         if cfg.compile and cfg.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
         with autocast:
-            loss = diffusion.loss(net, x).float()
+            x = encoder(x) if encoder is not None else x  # inside the step: its GPU time is the step's
+            loss = diffusion.loss(net, x, y=y if conditional else None).float()
         pending.append(stage(loss.detach()))  # before backward: the event lands early in this step's stream
         scaler.scale(loss).backward()
         if cfg.grad_clip > 0:
@@ -178,10 +185,10 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         done.record()
         return host, done
 
-    def count_flops(x: torch.Tensor) -> float:
+    def count_flops(x: torch.Tensor, y: torch.Tensor | None) -> float:
         # its forward/backward must leave no trace: same RNG afterwards (resume equality) and no stray gradients
         with torch.random.fork_rng(devices=[torch.device(device)] if cuda else []):
-            flops = count_train_flops(model, diffusion, x)
+            flops = count_train_flops(model, diffusion, x, y)
         model.zero_grad(set_to_none=True)
         return flops
 
@@ -197,11 +204,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
-            check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
-            flops = count_flops(batch.x)
-            sample_shape[:] = [cfg.sample_count, *batch.x.shape[1:]]
+            if encoder is None:
+                check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
+            x0 = batch.x if encoder is None else encoder(batch.x)
+            flops = count_flops(x0, batch.y if conditional else None)
+            sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
         timer.step_begin()
-        train_step(batch.x)
+        train_step(batch.x, batch.y)
         timer.step_end()
         step += 1
         drain(keep=1)  # the previous step's loss; the device is still busy with this one
@@ -212,7 +221,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             log.window(step, losses[-1], timer, flops)
         if cfg.sample_every and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main:
             with timer.paused():  # the GPU samples here: neither training nor starving
-                log.samples(ema_model, diffusion, tuple(sample_shape), kind, step)
+                labels = torch.arange(cfg.sample_count, device=device) % spec.classes if conditional else None
+                log.samples(ema_model, diffusion, tuple(sample_shape), kind, step, labels, preview)
         # ranks must stop at the same step; they agree at log steps only, as agreeing costs a device sync
         if not info.enabled or at_log:
             stopping = ddp.any_rank(stop.received is not None, info, device)

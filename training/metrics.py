@@ -130,11 +130,13 @@ class MetricsLog:
             "memory_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.cuda else 0.0,
         }
 
-    def samples(self, ema_model, diffusion, shape: tuple[int, ...], kind: str, step: int) -> None:
+    def samples(self, ema_model, diffusion, shape: tuple[int, ...], kind: str, step: int, labels=None,
+                preview=None) -> None:  # fmt: skip
         from .samples import write_samples
 
         path = self.cfg.out / "samples" / f"step{step:07d}.png"
-        write_samples(ema_model, diffusion, shape, self.cfg.sample_steps, self.device, self.cfg.seed, path, kind)
+        write_samples(ema_model, diffusion, shape, self.cfg.sample_steps, self.device, self.cfg.seed, path, kind,
+                      labels, preview)  # fmt: skip
         self.write(f"step {step}: samples -> {path}")
         if self.board is not None:  # the grid exactly as written, read back from its PNG
             import numpy as np

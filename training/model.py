@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dit import DIT_PRESETS
+
 
 @dataclass(kw_only=True)
 class UNetConfig:
@@ -37,6 +39,9 @@ class UNetConfig:
             if not ok:
                 raise ValueError(f"UNetConfig: {message}")
 
+    def build(self) -> UNet:
+        return UNet(self)
+
 
 def ddpm_cifar10(**overrides) -> UNetConfig:
     """Ho et al. CIFAR-10: 35.7M parameters."""
@@ -53,7 +58,23 @@ def tiny(**overrides) -> UNetConfig:
     return replace(UNetConfig(ch=16, ch_mult=(1, 2), num_res_blocks=1, attn_resolutions=(16,), groups=4), **overrides)
 
 
-MODEL_PRESETS = {"ddpm_cifar10": ddpm_cifar10, "ddpm_audio_mel": ddpm_audio_mel, "tiny": tiny}
+UNET_PRESETS = {"ddpm_cifar10": ddpm_cifar10, "ddpm_audio_mel": ddpm_audio_mel, "tiny": tiny}
+MODEL_PRESETS = UNET_PRESETS | DIT_PRESETS
+
+
+def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0):
+    """Preset `name` fitted to the data: input channels and size from `shape` (C, H, W), and for DiT
+    class-conditional where the data has two classes or more. None: the preset as it is (a loader given to the loop
+    with no prepared directory)."""
+    if shape is None:
+        return MODEL_PRESETS[name]()
+    c, h, w = shape
+    if name in DIT_PRESETS:
+        return DIT_PRESETS[name](in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
+    try:
+        return UNET_PRESETS[name](in_channels=c, image_size=h)
+    except ValueError:  # a size the UNet cannot halve: training.stream.check_fits says so, with the fix
+        return UNET_PRESETS[name](in_channels=c)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -206,7 +227,8 @@ class UNet(nn.Module):
     def _cat(h: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
         return _CatDenseGrad.apply(h, skip)
 
-    def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """y (labels) is accepted for a common signature with DiT and unused: the paper's UNet is unconditional."""
         temb = self.temb(timestep_embedding(t, self.cfg.ch))
         hs = [self.conv_in(x)]
         for block in self.down:

@@ -9,17 +9,19 @@ import torch
 
 
 @torch.no_grad()
-def sample_grid(ema_model, diffusion, shape: tuple[int, ...], steps: int, device: str, seed: int) -> torch.Tensor:
-    """DDIM samples in [-1, 1], drawn from a fixed seed so grids from successive steps are comparable."""
+def sample_grid(ema_model, diffusion, shape: tuple[int, ...], steps: int, device: str, seed: int,
+                labels: torch.Tensor | None = None, clip: bool = True) -> torch.Tensor:  # fmt: skip
+    """DDIM samples (in [-1, 1] when `clip`; latents are not), drawn from a fixed seed so grids from successive
+    steps are comparable; `labels` for a class-conditional model."""
     state = torch.random.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
     torch.manual_seed(seed)  # the training RNG is restored below: previews must not change the run
     try:
-        x = diffusion.ddim_sample(ema_model, shape, steps=steps, device=device)
+        x = diffusion.ddim_sample(ema_model, shape, steps=steps, device=device, y=labels, clip=clip)
     finally:
         torch.random.set_rng_state(state[0])
         if state[1] is not None:
             torch.cuda.set_rng_state_all(state[1])
-    return x.float().clamp(-1, 1)
+    return x.float().clamp(-1, 1) if clip else x.float()
 
 
 def save_grid(x: torch.Tensor, path: Path, kind: str) -> Path:
@@ -47,10 +49,15 @@ def _waveform_images(wave: torch.Tensor, height: int = 64) -> torch.Tensor:
     return img.unsqueeze(1)
 
 
-def write_samples(ema_model, diffusion, shape, steps: int, device: str, seed: int, path: Path, kind: str) -> Path:
+def write_samples(ema_model, diffusion, shape, steps: int, device: str, seed: int, path: Path, kind: str,
+                  labels: torch.Tensor | None = None, preview=None) -> Path:  # fmt: skip
+    """`preview` (training.latent.Preview) turns latents into images first."""
     was_training = ema_model.training
     ema_model.eval()
     try:
-        return save_grid(sample_grid(ema_model, diffusion, shape, steps, device, seed), path, kind)
+        x = sample_grid(ema_model, diffusion, shape, steps, device, seed, labels, clip=preview is None)
+        if preview is not None:
+            x, kind = preview(x)
+        return save_grid(x, path, kind)
     finally:
         ema_model.train(was_training)

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import torch
 
-from loaders.base import HOP
+from loaders.base import HOP, N_MELS
 
 from .config import TrainConfig
 from .ddp import Dist
-from .model import UNetConfig
+from .dit import DiTConfig
 
 
 class DataError(ValueError):
     """The data side cannot start: no prepared directory, or no way to pick the loader."""
 
 
-KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel"}  # the default --model per manifest kind
+KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}  # default --model per kind
 
 
 def read_manifest(data: Path) -> dict:
@@ -36,20 +36,45 @@ def read_manifest(data: Path) -> dict:
         raise DataError(f"{path}: unreadable manifest ({e}); rerun `dataprep convert`") from None
 
 
-def data_kind(cfg: TrainConfig, injected: bool = False) -> tuple[str, str, int | None]:
-    """("image" | "audio", model preset name, channels per sample). An injected loader may come without a prepared
-    directory: then the channels are the preset's (None)."""
+@dataclass
+class DataSpec:
+    kind: str  # what the loader delivers: "image", "audio" (log-mel, or the wave under --vae) or "latent"
+    model: str  # the model preset
+    shape: tuple[int, int, int] | None  # the loader's samples (C, H, W); None: a loader given without prepared data
+    classes: int  # labels in the data (DiT is class-conditional from 2)
+    manifest: dict | None
+
+
+def data_spec(cfg: TrainConfig, injected: bool = False) -> DataSpec:
+    """What the data is and which preset trains on it. An injected loader may come without a prepared directory:
+    then the shape is the preset's (None)."""
     if injected and not (Path(cfg.data) / "manifest.json").is_file():
         kind = "audio" if cfg.model == "ddpm_audio_mel" else "image"
-        return kind, cfg.model or KIND_MODELS[kind], None
+        return DataSpec(kind, cfg.model or KIND_MODELS[kind], None, 0, None)
     manifest = read_manifest(cfg.data)
     kind = manifest.get("kind", "image")
-    channels = manifest.get("audio", {}).get("channels", 1) if kind == "audio" else 3  # images are stored RGB
-    return kind, cfg.model or KIND_MODELS[kind], channels
+    if kind == "latent":
+        if cfg.vae:
+            raise DataError(f"{cfg.data} holds latents, already encoded by {manifest['latent']['vae']['name']}; drop "
+                            "--vae (it encodes pixel or clip data inside the training step)")  # fmt: skip
+        shape = tuple(manifest["latent"]["shape"])
+    elif kind == "audio":
+        audio = manifest.get("audio") or {}
+        shape = (audio.get("channels", 1), N_MELS, manifest["sample_shape"][-1] // HOP)
+    else:
+        height, width, channels = manifest["sample_shape"]
+        shape = (channels, height, width)
+    default = KIND_MODELS["latent" if cfg.vae else kind]
+    return DataSpec(kind, cfg.model or default, shape, len(manifest["classes"]), manifest)
 
 
-def check_fits(model: UNetConfig, shape: tuple[int, ...], data: Path, model_name: str, kind: str) -> None:
-    """Refuse a sample shape the UNet cannot take, before its first step fails deep inside it."""
+def check_fits(model, shape: tuple[int, ...], data: Path, model_name: str, kind: str) -> None:
+    """Refuse a sample shape the model cannot take, before its first step fails deep inside it."""
+    if isinstance(model, DiTConfig):
+        if shape[-3:] == (model.in_channels, *model.input_size):
+            return
+        raise DataError(f"{data}: samples are {'x'.join(map(str, shape[-3:]))} (channels x height x width), but "
+                        f"--model {model_name} was built for {model.in_channels}x{'x'.join(map(str, model.input_size))}")  # fmt: skip
     down = 2 ** (len(model.ch_mult) - 1)  # each level halves height and width, and the up path must meet its skips
     channels, height, width = shape[-3:]
     if channels == model.in_channels and height % down == 0 and width % down == 0:
@@ -100,7 +125,7 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1) ->
     return LoaderChoice(c["backend"], c["workers"], c["pin_memory"], c["reason"])
 
 
-def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist):
+def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist, kind: str):
     from loaders import build_loader
 
     return build_loader(
@@ -114,6 +139,7 @@ def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist)
         seed=cfg.seed,
         rank=info.rank,
         world_size=info.world_size,
+        representation="wave" if cfg.vae and kind == "audio" else "mel",  # --vae computes AudioLDM's own mel
     )
 
 
