@@ -87,6 +87,8 @@ def cli() -> None:
               "at each --nproc N, instead of --batch-size.")  # fmt: skip
 @click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
+              "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
 @click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events.")
 @click.option("--resume", is_flag=True, help="Skip configurations whose JSON is already in --out.")
@@ -154,7 +156,7 @@ def loaders(
     options["steps"] = options["steps"] or (10 if cpu else 200)
     options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
     if options["model"] == "auto":
-        options["model"] = preset_for(data, device)
+        options["model"] = preset_for(data, device, options["vae"])
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),

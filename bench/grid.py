@@ -49,6 +49,7 @@ class GridConfig:
     # driver). None: 10x its estimate, at least 10 minutes, which no healthy run comes near
     timeout_s: float | None = None
     progress: bool = True
+    vae: str | None = None  # pixel or clip data: encode every batch in the step (train --vae), the online baseline
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
     def jobs(self, grid_id: str = "") -> list[Job]:
@@ -70,6 +71,7 @@ class GridConfig:
             precision=self.precision,
             nprocs=self.nproc,
             global_batch=self.global_batch,
+            vae=self.vae,
         )
 
 

@@ -12,11 +12,11 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu")  # loaders.BACKENDS keys (a test checks they match)
-MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel")  # none: the loader alone, its ceiling
+MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
 # ddpm_cifar10 takes seconds per step there and a grid would take hours (training.stream.KIND_MODELS, mirrored here
 # to keep this module free of torch imports)
-KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel"}
+KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}
 USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False}
 USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False}
 MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
@@ -44,6 +44,7 @@ class Job:
     # data-parallel ranks under torchrun, one per GPU, each on its own shard and its own `cpus` cores: starvation
     # measured where it appears, N processes sharing the host (bench.ranks)
     nproc: int = 1
+    vae: str | None = None  # pixel or clip data: the autoencoder that encodes every batch in the step (train --vae)
 
     @property
     def name(self) -> str:
@@ -53,6 +54,8 @@ class Job:
         tail = f"bs{self.batch_size}-{self.model}-{cpus}-{self.precision}{'-compiled' if self.compile else ''}"
         if self.nproc > 1:  # nproc 1 keeps the names results had before ranks were a knob
             tail = f"np{self.nproc}-{tail}"
+        if self.vae:
+            tail += "-vae"
         if not self.device.startswith("cuda"):
             tail += f"-{self.device.split(':')[0]}"
         if self.kind == "data_free":
@@ -70,12 +73,14 @@ class Job:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def preset_for(data: Path, device: str) -> str:
-    """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS)."""
-    if not str(device).startswith("cuda"):
-        return "tiny"
+def preset_for(data: Path, device: str, vae: str | None = None) -> str:
+    """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS); latents,
+    cached or encoded in the step (`vae`), train a DiT."""
     kind = json.loads((Path(data) / "manifest.json").read_text()).get("kind", "image")
-    return KIND_PRESETS[kind]
+    latent = kind == "latent" or vae is not None
+    if not str(device).startswith("cuda"):
+        return "dit_tiny" if latent else "tiny"
+    return KIND_PRESETS["latent" if latent else kind]
 
 
 def collapse(backend: str, workers: int, pin: bool, device: str) -> tuple[int | None, bool | None]:
@@ -104,6 +109,7 @@ def expand(
     precision="bf16",
     nprocs: tuple[int, ...] = (1,),
     global_batch: int | None = None,
+    vae: str | None = None,
 ) -> list[Job]:
     """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
     complete grid at fewer repeats rather than some configurations without any). A loader-only grid (model none)
@@ -120,12 +126,13 @@ def expand(
         compile=compile,
         grid_id=grid_id,
         precision=precision,
+        vae=vae,
     )
     jobs: list[Job] = []
     for r in range(repeats):
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
-            eater = {} if model != "none" else {"model": preset_for(data, device)}
+            eater = {} if model != "none" else {"model": preset_for(data, device, vae)}
             free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r,
                        nproc=n, **(common | eater))  # fmt: skip
             at = len(jobs)
@@ -149,11 +156,13 @@ def expand(
 # took ~37, 13.3 and ~13.
 TORCHRUN_S = 10.0  # torchrun's own start and rendezvous, before its ranks start like any run
 START_S = 22.0  # a fresh interpreter importing torch, ffcv and DALI, building the loader and model, cuDNN's tuning
-COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0}  # warm inductor cache
-COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_mel": 150.0}  # the first job pays it
-GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0}  # eager bf16
+COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0, "dit_b2": 15.0, "dit_tiny": 8.0}
+COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_mel": 150.0, "dit_b2": 60.0,
+                  "dit_tiny": 40.0}  # the first job pays it  # fmt: skip
+GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0, "dit_b2": 1_000.0,
+             "dit_tiny": 15_000.0}  # eager bf16  # fmt: skip
 COMPILED_SPEEDUP = 2.5  # compiled with CUDA graphs, ddpm_cifar10: 5,049 vs 1,840 img/s (train_speed.json)
-CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5}
+CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5, "dit_b2": 2.0, "dit_tiny": 400.0}
 LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7}  # per worker
 
 

@@ -58,6 +58,8 @@ def build(job: Job):
     from loaders import build_loader
 
     opts = dict(batch_size=job.batch_size, device=job.device, seed=job.seed)
+    if job.vae:  # clips reach `train --vae` as waves: it computes AudioLDM's mel itself
+        opts["representation"] = "wave"
     t0 = time.perf_counter()
     if job.kind == "loader":  # under torchrun each rank reads its own shard, as training does
         opts |= {"rank": int(os.environ.get("RANK", "0")), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
@@ -117,6 +119,7 @@ def train(loader, job: Job) -> dict:
             log_every=total,
             progress=False,
             out=Path(run_dir),
+            vae=job.vae,
         )
         summary = main(cfg, loader=loader).to_dict()
     if summary["stopped_by"]:  # Ctrl-C or SIGTERM cut the run short: its figures are not a measurement
