@@ -108,6 +108,8 @@ def convert(cfg: ConvertConfig) -> dict:
             writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
+        if encoder is not None:
+            times.add("encode with the autoencoder (a thread)", encoder.seconds, "converting process")
         if hasattr(source, "decode_cpu_s"):
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = _finish_all(writers, tmp, cfg.workers, times)

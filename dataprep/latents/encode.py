@@ -13,6 +13,7 @@ and writes, so the output is the same dataset as one process writes (the batches
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -49,6 +50,7 @@ class LatentEncoder:
         self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
+        self.seconds = 0.0  # wall time inside encode(), the autoencoder's share of the conversion
 
     def _mel_input(self, sample_shape: tuple[int, ...], audio: AudioSpec) -> tuple[int, int, int]:
         from .mel import N_MELS, SAMPLE_RATE, frames_for
@@ -115,14 +117,16 @@ class LatentEncoder:
 
     def encode(self, chunk: Chunk) -> Chunk:
         """The chunk's latents; under torchrun rank r encodes batches r, r + world, ... and every rank gets all."""
-        bs = self.batch_size
+        t0, bs = time.perf_counter(), self.batch_size
         starts = range(0, len(chunk), bs)
         mine = {s: self._encode(chunk.x[s : s + bs]) for k, s in enumerate(starts) if k % self.world == self.rank}
         if self.world > 1:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
-        return Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
+        out = Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
+        self.seconds += time.perf_counter() - t0
+        return out
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """Encode chunk k + 1 in a thread while the caller writes chunk k (the GPU's work releases the GIL)."""

@@ -1,0 +1,94 @@
+"""Finding 6's helpers: the autoencoders it measures, and the encoder's own rate.
+
+    python -m bench.studies.latent_cache vaes OUT            # OUT/sd (SD-shaped) and OUT/audioldm, random weights
+    python -m bench.studies.latent_cache encoder-rate --vae OUT/sd --shape 3,256,256 --batch-size 64 --json F
+
+No machine here can download weights, so both autoencoders are built from their published shapes with random weights
+and written with `save_pretrained`; they are then loaded by path, the code path a real checkpoint takes. Speed does
+not depend on the weights; quality claims would, and none are made.
+- SD-shaped: Stable Diffusion's AutoencoderKL (block_out_channels 128-256-512-512, 2 layers per block, 4 latent
+  channels, downsampling 8, scaling_factor 0.18215): its encoder has 34.2M parameters.
+- AudioLDM-shaped: 1 input channel (a log-mel), 128-256-512 (downsampling 4), 8 latent channels, as AudioLDM's
+  16 kHz VAE; scaling_factor 1.0 here (AudioLDM estimates its own from data)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+
+def build_vaes(out: Path) -> dict:
+    from diffusers import AutoencoderKL
+
+    shapes = {
+        "sd": dict(in_channels=3, out_channels=3, block_out_channels=(128, 256, 512, 512), latent_channels=4,
+                   scaling_factor=0.18215, sample_size=256),
+        "audioldm": dict(in_channels=1, out_channels=1, block_out_channels=(128, 256, 512), latent_channels=8,
+                         scaling_factor=1.0, sample_size=256),
+    }  # fmt: skip
+    params = {}
+    for name, kw in shapes.items():
+        torch.manual_seed(0)
+        n = len(kw["block_out_channels"])
+        vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * n, up_block_types=("UpDecoderBlock2D",) * n,
+                            layers_per_block=2, norm_num_groups=32, **kw)  # fmt: skip
+        vae.save_pretrained(out / name)
+        params[name] = {"encoder": sum(p.numel() for p in vae.encoder.parameters()),
+                        "all": sum(p.numel() for p in vae.parameters())}  # fmt: skip
+    return params
+
+
+def encoder_rate(vae_dir: str, shape: tuple[int, ...], batch: int, steps: int, compile: bool, device: str) -> dict:
+    """Samples/s of the encoder alone on a batch already on the GPU (bf16 autocast, channels_last), CUDA events
+    around `steps` batches after warm-up: the rate `dataprep convert --vae` is compared with."""
+    from dataprep.latents import load_vae
+
+    vae = load_vae(vae_dir, device)
+    vae.model.to(memory_format=torch.channels_last)
+    moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
+    x = torch.randn(batch, *shape, device=device).contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", torch.bfloat16):
+        for _ in range(5):
+            moments(x)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(steps):
+            moments(x)
+        end.record()
+    torch.cuda.synchronize()
+    seconds = start.elapsed_time(end) / 1000
+    return {"vae": vae_dir, "shape": list(shape), "batch_size": batch, "steps": steps, "compile": compile,
+            "samples_per_s": batch * steps / seconds, "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("vaes")
+    v.add_argument("out", type=Path)
+    r = sub.add_parser("encoder-rate")
+    r.add_argument("--vae", required=True)
+    r.add_argument("--shape", default="3,256,256")
+    r.add_argument("--batch-size", type=int, default=64)
+    r.add_argument("--steps", type=int, default=30)
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--json", type=Path, required=True)
+    args = p.parse_args(argv)
+    if args.cmd == "vaes":
+        print(json.dumps(build_vaes(args.out)))
+        return 0
+    shape = tuple(int(s) for s in args.shape.split(","))
+    rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, c, args.device) for c in (False, True)]
+    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    for row in rows:
+        print(f"encoder {'compiled' if row['compile'] else 'eager'}: {row['samples_per_s']:,.0f} samples/s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Finding 6 of docs/BENCHMARKS.md on one H100 (16 cores): what caching the autoencoder buys. Steps run in the order
+# given; grids resume their results directory and stop starting runs when the call's minutes (GPUFEED_MINUTES,
+# default 9) are spent, so the same command can be repeated until every grid prints "complete".
+#
+#   bash bench/studies/plan_latent.sh prep      # CIFAR-10 -> 256 px pixels and SD-VAE latents, the encoder's own rate
+#   bash bench/studies/plan_latent.sh cached online        # DiT-B/2 b256 compiled: cached latents / encoding in the step,
+#                                                          # every backend on all cores, then on 2 cores (--cpus 2)
+#   bash bench/studies/plan_latent.sh cached4 online4      # the same on 4 cores
+#   bash bench/studies/plan_latent.sh audio     # spoken digits made 10.24 s, AudioLDM-shaped VAE, DiT-B/2 b64
+#   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
+#
+# Data: the first IMG_N (default 10,000) CIFAR-10 train JPEGs, made 256 px by `dataprep convert --size 256`
+# (torchvision's Resize(256), bilinear with antialiasing, then CenterCrop(256): 32 px upsampled 8x); the 3,000
+# spoken-digit clips zero-padded to 10.24 s (`--clip-seconds 10.24`, 16 kHz mono). Archives from .devdata/img or
+# .devdata/aud (or ../shared/datasets). Autoencoders: bench.studies.latent_cache (published shapes, random weights).
+# Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-latent), archived to $OUT/<step>.tgz after each step.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+R=${GPUFEED_RESULTS:-/tmp/gpufeed-latent}
+D=${GPUFEED_DATA:-/tmp/gpufeed-latent-data}
+IMG_N=${IMG_N:-10000}
+MINUTES=${GPUFEED_MINUTES:-9}
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+mkdir -p "$OUT" "$R" "$D"
+START=$(date +%s)
+left() { echo $(( MINUTES - ($(date +%s) - START) / 60 )); }
+archive() { tar czf "$OUT/$1.tgz" -C "$R" "$1" 2>/dev/null || true; }
+archive_of() { for a in .devdata/$1 ../shared/datasets; do [ -f "$a/$2" ] && { echo "$a/$2"; return; }; done; echo "missing $2" >&2; exit 1; }
+
+grid() {  # grid STEP DATA ARGS...: one bench loaders grid, resumed, inside the call's minutes
+  local step=$1 data=$2; shift 2
+  local m; m=$(left)
+  [ "$m" -ge 1 ] || { echo "$step: no minutes left in this call; repeat the command"; return; }
+  python3 -m bench loaders --data "$data" --model dit_b2 --compile --precision bf16 --pin-memory on --resume \
+    --time-limit "$m" --no-progress --out "$R/$step" "$@" 2>&1 | tee -a "$R/$step.log" || true
+  cp "$R/$step.log" "$R/$step/" 2>/dev/null || true
+  archive "$step"
+}
+
+images() {
+  [ -f "$D/lat256/manifest.json" ] && return
+  mkdir -p "$R/prep"
+  mkdir -p "$D/cifar" && tar xzf "$(archive_of img cifar10-jpg.tar.gz)" -C "$D/cifar"
+  python3 -m bench.studies.latent_cache vaes "$D/vaes" >"$R/prep/vaes.json"
+  local c=(python3 -m dataprep convert --input "$D/cifar" --size 256 --limit "$IMG_N" --quiet --timings --overwrite)
+  "${c[@]}" --format hdf5,ffcv,files --output "$D/px256" 2>&1 | tee "$R/prep/convert_pixels.txt"
+  "${c[@]}" --format hdf5,ffcv,files --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
+    | tee "$R/prep/convert_latents.txt"
+  "${c[@]}" --format hdf5 --vae "$D/vaes/sd" --batch-size 64 --compile --output "$D/lat256c" 2>&1 \
+    | tee "$R/prep/convert_latents_compiled.txt"
+  cp "$D/lat256/manifest.json" "$R/prep/manifest_latents.json"
+  cp "$D/lat256c/manifest.json" "$R/prep/manifest_latents_compiled.json"
+}
+
+for step in "$@"; do
+  echo "== $step ($(left) min left)"
+  case $step in
+    prep)
+      mkdir -p "$R/prep"; (nvidia-smi || true) >"$R/prep/nvidia-smi.txt"; images
+      python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/sd" --shape 3,256,256 --batch-size 128 \
+        --json "$R/prep/encoder_rate.json"
+      archive prep ;;
+    cached) images; grid cached "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 256 --steps 60 --warmup 15
+            grid cached_cpus2 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 --batch-size 256 --steps 60 --warmup 15 ;;
+    online) images; grid online "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 256 --steps 40 --warmup 10
+            grid online_cpus2 "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv --workers 2 --cpus 2 --batch-size 256 --steps 40 --warmup 10 ;;
+    cached4) images; grid cached_cpus4 "$D/lat256" --backends torch,hdf5,ffcv --workers 4 --cpus 4 --batch-size 256 --steps 60 --warmup 15 ;;
+    online4) images; grid online_cpus4 "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv --workers 4 --cpus 4 --batch-size 256 --steps 40 --warmup 10 ;;
+    audio)
+      mkdir -p "$R/audio_prep"
+      if [ ! -f "$D/alat/manifest.json" ]; then
+        [ -d "$D/vaes/audioldm" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
+        mkdir -p "$D/fsdd" && tar xzf "$(archive_of aud fsdd-wav.tar.gz)" -C "$D/fsdd"
+        a=(python3 -m dataprep convert --input "$D/fsdd/recordings" --sample-rate 16000 --clip-seconds 10.24 --channels 1
+           --format hdf5,ffcv,files --quiet --timings --overwrite)
+        "${a[@]}" --output "$D/awav" 2>&1 | tee "$R/audio_prep/convert_clips.txt"
+        "${a[@]}" --vae "$D/vaes/audioldm" --batch-size 32 --output "$D/alat" 2>&1 | tee "$R/audio_prep/convert_latents.txt"
+        cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
+        python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 64 \
+          --json "$R/audio_prep/encoder_rate.json"
+        archive audio_prep
+      fi
+      grid audio_cached "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 64 --steps 40 --warmup 10
+      grid audio_online "$D/awav" --vae "$D/vaes/audioldm" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 64 --steps 30 --warmup 8 ;;
+    gputest)
+      mkdir -p "$R/gputest"
+      python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true
+      archive gputest ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
+echo "plan_latent: done ($(left) min left)"

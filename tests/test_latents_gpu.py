@@ -1,0 +1,66 @@
+"""Latent diffusion on a GPU: the SD-shaped encoder in `dataprep convert --vae` (bf16 on CUDA against fp32 on the CPU),
+and DiT-B/2 compiled in bf16 on the cached latents and with the encoder in the step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sd_vae(tmp_path_factory):
+    from bench.studies.latent_cache import build_vaes
+
+    out = tmp_path_factory.mktemp("vaes")
+    build_vaes(out)
+    return out / "sd"
+
+
+def _convert(out, vae, device, formats=("hdf5", "ffcv", "files")):
+    from dataprep.convert import ConvertConfig, convert
+
+    return convert(ConvertConfig(output=out, source="synthetic-images", limit=256, formats=formats, vae=str(vae),
+                                 device=device, progress=False, workers=2))  # fmt: skip
+
+
+def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
+    """bf16 encoding on the GPU stores the fp32 CPU encoding's means to bf16 accuracy, and every format verifies."""
+    from dataprep.formats import module
+    from dataprep.verify import verify
+
+    gpu, cpu = _convert(tmp_path / "gpu", sd_vae, "cuda"), _convert(tmp_path / "cpu", sd_vae, "cpu", ("hdf5",))
+    assert gpu["latent"]["encoded"]["precision"] == "bf16" and cpu["latent"]["encoded"]["precision"] == "fp32"
+    assert gpu["sample_shape"] == [2, 2, 4, 4, 4]
+    assert verify(tmp_path / "gpu") == []
+    a = np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / "gpu", gpu, 1024)]).astype(np.float32)
+    b = np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / "cpu", cpu, 1024)]).astype(np.float32)
+    mean_a, mean_b = a[:, :, 0], b[:, :, 0]
+    assert np.abs(mean_a - mean_b).max() <= 0.05 * np.abs(mean_b).max()
+
+
+def test_dit_b2_compiled_trains_on_cached_latents_and_online(sd_vae, tmp_path):
+    """dit_b2, bf16, torch.compile with CUDA graphs: finite, falling-free losses on cached latents (gpu and ffcv
+    loaders) and with the SD-shaped encoder in the step."""
+    from training.config import TrainConfig
+    from training.loop import main
+
+    _convert(tmp_path / "lat", sd_vae, "cuda")
+    _convert_pixels(tmp_path / "px")
+    common = dict(model="dit_b2", batch_size=64, steps=8, precision="bf16", compile=True, device="cuda", workers=2,
+                  timing_warmup=2, ckpt_every=0, sample_every=0, log_every=8, progress=False)  # fmt: skip
+    for name, extra in {"gpu": {}, "ffcv": {}, "online": {"vae": str(sd_vae)}}.items():
+        data = tmp_path / ("px" if extra else "lat")
+        loader = "hdf5" if extra else name
+        summary = main(TrainConfig(data=data, loader=loader, out=tmp_path / f"run-{name}", **common, **extra))
+        assert summary.steps == 8 and all(np.isfinite(summary.losses)), name
+        assert summary.config["model"] == "dit_b2"
+    assert torch.cuda.max_memory_allocated() > 0
+
+
+def _convert_pixels(out):
+    from dataprep.convert import ConvertConfig, convert
+
+    convert(ConvertConfig(output=out, source="synthetic-images", limit=256, formats=("hdf5",), progress=False))
