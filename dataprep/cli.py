@@ -62,7 +62,8 @@ def cli() -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
-            channels, size, vae, batch_size, device, vae_precision, compile, overwrite, quiet, timings) -> None:  # fmt: skip
+            channels, size, vae, batch_size, device, vae_precision, compile, overwrite, quiet,
+            timings) -> None:  # fmt: skip
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
     from .convert import ConvertConfig
     from .convert import convert as run

@@ -75,10 +75,16 @@ def _problem(m: dict) -> str | None:
 
 def _latent_ok(latent, sample_shape: list) -> bool:
     """What the loaders read to turn stored moments into model input (dataprep.latents.encode)."""
-    return isinstance(latent, dict) and latent.get("of") in ("image", "audio") and all(
-        isinstance(latent.get(k), (int, float)) and not isinstance(latent.get(k), bool)
-        for k in ("scaling_factor", "shift_factor")
-    ) and isinstance(latent.get("views"), list) and sample_shape == [len(latent["views"]), 2, *latent.get("shape", [])]
+    return (
+        isinstance(latent, dict)
+        and latent.get("of") in ("image", "audio")
+        and all(
+            isinstance(latent.get(k), (int, float)) and not isinstance(latent.get(k), bool)
+            for k in ("scaling_factor", "shift_factor")
+        )
+        and isinstance(latent.get("views"), list)
+        and sample_shape == [len(latent["views"]), 2, *latent.get("shape", [])]
+    )
 
 
 def _format_ok(fmt) -> bool:

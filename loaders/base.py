@@ -123,7 +123,9 @@ def flip_mask(n: int, opts: LoaderOptions, epoch: int, batch_index: int) -> torc
 
 def noise_generator(device: torch.device, opts: LoaderOptions, epoch: int, batch_index: int) -> torch.Generator:
     """The latent draws of a batch: a generator on the batch's device seeded by (seed, rank, epoch, batch)."""
-    seed = hash((opts.seed, opts.rank, epoch, batch_index, "noise")) & (2**62 - 1)
+    # ints only: a str in the tuple would hash differently in every interpreter (PYTHONHASHSEED), so a run resumed in
+    # a new process would draw other noise; the trailing 1 keeps the seed apart from flip_mask's 4-tuple
+    seed = hash((opts.seed, opts.rank, epoch, batch_index, 1)) & (2**62 - 1)
     return torch.Generator(device=device).manual_seed(seed)
 
 

@@ -70,3 +70,40 @@ def synthetic_images(tmp_path_factory):
         return made[key]
 
     return make
+
+
+N_LATENT = 96  # images in the latent fixtures: six batches of 16, and enough for a statistical check of the flips
+
+
+@pytest.fixture(scope="session")
+def image_vae(tmp_path_factory) -> Path:
+    """A tiny RGB AutoencoderKL directory (save_pretrained): 32x32 images -> (4, 16, 16) latents."""
+    from latent_helpers import build_image_vae
+
+    return build_image_vae(tmp_path_factory.mktemp("vae") / "image")
+
+
+@pytest.fixture(scope="session")
+def audio_vae(tmp_path_factory) -> Path:
+    """A tiny AudioLDM-shaped AutoencoderKL directory: a 1-channel log-mel in, 8 latent channels, downsampling 4."""
+    from latent_helpers import build_audio_vae
+
+    return build_audio_vae(tmp_path_factory.mktemp("vae") / "audio")
+
+
+@pytest.fixture(scope="session")
+def latent_pixels(synthetic_images) -> Path:
+    """The N_LATENT synthetic images that latent_images encodes, as pixels (hdf5)."""
+    return synthetic_images(N_LATENT)
+
+
+@pytest.fixture(scope="session")
+def latent_images(image_vae, tmp_path_factory) -> Path:
+    """The same N_LATENT synthetic images encoded by image_vae on the CPU, in every format."""
+    from dataprep.convert import ConvertConfig, convert
+
+    out = tmp_path_factory.mktemp("latent") / "images"
+    formats = ("files", "hdf5", "ffcv", "dali")
+    convert(ConvertConfig(output=out, source="synthetic-images", limit=N_LATENT, formats=formats, vae=str(image_vae),
+                          device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
+    return out

@@ -1,5 +1,6 @@
 """One conformance suite for every loader backend: same samples as the manifest, proper epochs, shards and flips.
-Every property runs on the CPU here and on CUDA with `pytest -m gpu` (the `cuda` variants)."""
+Every property runs on the CPU here and on CUDA with `pytest -m gpu` (the `cuda` variants). The order, epoch and
+shard properties run on pixels (`images`) and on cached latents (`latent_images`, conftest.py) alike."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from latent_helpers import delivered, read_stored
 
 from dataprep.convert import ConvertConfig, convert
 from dataprep.formats.hdf5 import read_chunks
@@ -21,6 +23,7 @@ from loaders.base import log_mel
 
 ALL = list(BACKENDS)
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+DATA = ["images", "latent_images"]  # pixels, and the latents conftest.py caches with a tiny autoencoder
 N_IMAGES, N_CLIPS = 300, 70
 ATOL = 1e-6  # x/127.5-1 (ours), (x/255-0.5)/0.5 (torchvision) and DALI's (x-127.5)/127.5 differ by float rounding
 # the mel of a clip in a batch of 32 (loaders) or 70 (reference): identical on the CPU. On CUDA, cuFFT's rounding
@@ -76,26 +79,43 @@ def to_uint8(x: torch.Tensor) -> np.ndarray:
 
 
 def ids(x: torch.Tensor) -> list[bytes]:
-    return [s.tobytes() for s in to_uint8(x)]
+    """One key per sample: its uint8 pixels, or for latents (more than 3 channels) its delivered values' bytes, the
+    same every epoch since unaugmented latents are a fixed function of what is stored."""
+    rows = to_uint8(x) if x.shape[1] == 3 else x.float().cpu().numpy()
+    return [s.tobytes() for s in rows]
+
+
+def expected(data_dir) -> tuple[torch.Tensor, np.ndarray]:
+    """What every backend must deliver unshuffled and unaugmented, (N, C, H, W) float32, and the labels: pixels
+    x / 127.5 - 1, latents view 0's mean, shifted and scaled (the float16 values converted)."""
+    manifest = load_manifest(data_dir)
+    if manifest["kind"] == "latent":
+        stored, gy = read_stored(data_dir, "hdf5")
+        return delivered(stored, manifest["latent"]), gy
+    gx, gy = truth(data_dir)
+    return torch.from_numpy(gx).permute(0, 3, 1, 2).float() / 127.5 - 1, gy
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("workers,pin", [(0, False), (2, True)])
 @pytest.mark.parametrize("backend", ALL)
-def test_images_equal_manifest_in_order(images, backend, workers, pin, device):
-    """shuffle=False, augment=False: the manifest's samples in order, uint8-exact and normalized within ATOL."""
-    gx, gy = truth(images)
-    with build_loader(backend, images, batch_size=64, workers=workers, pin_memory=pin, device=device, shuffle=False,
-                      augment=False, drop_last=False) as loader:  # fmt: skip
+@pytest.mark.parametrize("data", DATA)
+def test_equal_manifest_in_order(request, data, backend, workers, pin, device):
+    """shuffle=False, augment=False: the manifest's samples in order, normalized within ATOL: pixels uint8-exact,
+    latents the stored mean of the unmirrored view times the scaling factor (after the shift)."""
+    data_dir = request.getfixturevalue(data)
+    reference, gy = expected(data_dir)
+    with build_loader(backend, data_dir, batch_size=64, workers=workers, pin_memory=pin, device=device,
+                      shuffle=False, augment=False, drop_last=False) as loader:  # fmt: skip
         x, y, batches = epoch(loader)
-    assert len(batches) == len(loader) == 5
-    assert x.shape == (N_IMAGES, 3, 32, 32) and x.dtype == torch.float32 and y.dtype == torch.int64
+    assert len(batches) == len(loader) == -(-len(gy) // 64)
+    assert x.shape == reference.shape and x.dtype == torch.float32 and y.dtype == torch.int64
     assert x.device.type == y.device.type == device
     if device == "cuda":
         assert all(b.x.is_contiguous(memory_format=torch.channels_last) for b in batches)
-    assert np.array_equal(to_uint8(x), gx), f"{backend}: pixels differ from the manifest"
-    reference = torch.from_numpy(gx).permute(0, 3, 1, 2).float() / 127.5 - 1
-    assert torch.allclose(x.cpu(), reference, atol=ATOL, rtol=0)
+    if data == "images":
+        assert np.array_equal(to_uint8(x), truth(data_dir)[0]), f"{backend}: pixels differ from the manifest"
+    assert torch.allclose(x.cpu(), reference, atol=ATOL, rtol=0), f"{backend}: values differ from the manifest"
     assert np.array_equal(y.cpu().numpy(), gy)
 
 
@@ -120,39 +140,44 @@ def test_audio_wave_and_mel(clips, backend, device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("drop_last", [True, False])
 @pytest.mark.parametrize("backend", ALL)
-def test_shuffled_epochs_cover_and_differ(images, backend, drop_last, device):
+@pytest.mark.parametrize("data", DATA)
+def test_shuffled_epochs_cover_and_differ(request, data, backend, drop_last, device):
     """Each shuffled epoch covers every sample once (minus drop_last); epochs differ; a rebuilt loader repeats."""
+    data_dir = request.getfixturevalue(data)
+    count = load_manifest(data_dir)["count"]
 
     def orders(loader):
         return [ids(epoch(loader, e)[0]) for e in (0, 1)]
 
     kw = dict(batch_size=64, workers=1, device=device, shuffle=True, augment=False, drop_last=drop_last, seed=3)
-    with build_loader(backend, images, **kw) as a:
+    with build_loader(backend, data_dir, **kw) as a:
         first = orders(a)
         n_batches = len(a)
-    with build_loader(backend, images, **kw) as b:
+    with build_loader(backend, data_dir, **kw) as b:
         again = orders(b)
-    expected = (N_IMAGES // 64) * 64 if drop_last else N_IMAGES
+    want = (count // 64) * 64 if drop_last else count
     for order in first:
-        assert len(order) == expected == len(set(order)) and n_batches == -(-expected // 64)
+        assert len(order) == want == len(set(order)) and n_batches == -(-want // 64)
     assert first[0] != first[1], "two epochs in the same order"
     assert first == again, "the same seed must give the same epochs"
-    with build_loader(backend, images, **(kw | {"seed": 4})) as c:
+    with build_loader(backend, data_dir, **(kw | {"seed": 4})) as c:
         assert orders(c)[0] != first[0]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("world,drop_last", [(3, False), (2, True)], ids=["3-ranks", "2-ranks-drop-last"])
 @pytest.mark.parametrize("backend", ALL)
-def test_shards_are_disjoint_and_cover(images, backend, device, world, drop_last):
+@pytest.mark.parametrize("data", DATA)
+def test_shards_are_disjoint_and_cover(request, data, backend, device, world, drop_last):
     """The ranks' samples are disjoint and together cover the epoch, in both epochs. With drop_last (as training
     runs) every rank yields the same number of full batches, so DDP ranks step together, and what is left out of an
     epoch is less than one batch per rank."""
-    bs = 16
+    data_dir = request.getfixturevalue(data)
+    count, bs = load_manifest(data_dir)["count"], 16
     for e in (0, 1):
         seen, batches = [], []
         for rank in range(world):
-            with build_loader(backend, images, batch_size=bs, workers=1, device=device, shuffle=True, augment=False,
+            with build_loader(backend, data_dir, batch_size=bs, workers=1, device=device, shuffle=True, augment=False,
                               drop_last=drop_last, seed=1, rank=rank, world_size=world) as loader:  # fmt: skip
                 for skipped in range(e):  # DALI cannot jump to an epoch: it has to run through the earlier ones
                     epoch(loader, skipped)
@@ -163,9 +188,9 @@ def test_shards_are_disjoint_and_cover(images, backend, device, world, drop_last
         assert sum(len(s) for s in seen) == covered, f"{backend}: a sample reached two ranks in epoch {e}"
         if drop_last:
             assert len(set(batches)) == 1 and batches[0][0] == batches[0][1], f"{backend}: batches per rank {batches}"
-            assert covered == world * bs * batches[0][0] and N_IMAGES - covered < world * bs
+            assert covered == world * bs * batches[0][0] and count - covered < world * bs
         else:
-            assert covered == N_IMAGES
+            assert covered == count
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -107,7 +107,10 @@ def train(no_progress: bool, device: str | None, as_json: bool, **options) -> No
         raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
                                  param_hint="--tensorboard")  # fmt: skip
     extra = {"device": device} if device else {}
-    cfg = TrainConfig(**options, progress=not no_progress, **extra)
+    try:
+        cfg = TrainConfig(**options, progress=not no_progress, **extra)
+    except ValueError as e:  # a combination no single option's type can refuse: --vae with --loader fastest
+        raise click.UsageError(str(e)) from None
     summary = _run(cfg)
     if summary.stopped_by:
         saved = f"checkpoint in {cfg.out}; continue with --resume" if cfg.ckpt_every else "not saved (--ckpt-every 0)"

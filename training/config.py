@@ -71,8 +71,11 @@ class TrainConfig:
                 "warmup, grad_clip, workers, sample_every and timing_warmup must be >= 0",
             ),
             (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
-            (not (self.vae and self.loader == "fastest"), "--loader fastest does not measure --vae runs; pass a "
-             "backend name (`bench loaders --vae VAE` measures each)"),
+            (
+                not (self.vae and self.loader == "fastest"),
+                "--loader fastest does not measure --vae runs; pass a "
+                "backend name (`bench loaders --vae VAE` measures each)",
+            ),
         ]
         for ok, message in checks:
             if not ok:

@@ -73,8 +73,9 @@ def check_fits(model, shape: tuple[int, ...], data: Path, model_name: str, kind:
     if isinstance(model, DiTConfig):
         if shape[-3:] == (model.in_channels, *model.input_size):
             return
+        built = "x".join(map(str, (model.in_channels, *model.input_size)))
         raise DataError(f"{data}: samples are {'x'.join(map(str, shape[-3:]))} (channels x height x width), but "
-                        f"--model {model_name} was built for {model.in_channels}x{'x'.join(map(str, model.input_size))}")  # fmt: skip
+                        f"--model {model_name} was built for {built}")  # fmt: skip
     down = 2 ** (len(model.ch_mult) - 1)  # each level halves height and width, and the up path must meet its skips
     channels, height, width = shape[-3:]
     if channels == model.in_channels and height % down == 0 and width % down == 0:

@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, c, args.device) for c in (False, True)]
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     for row in rows:
-        print(f"encoder {'compiled' if row['compile'] else 'eager'}: {row['samples_per_s']:,.0f} samples/s", file=sys.stderr)
+        mode = "compiled" if row["compile"] else "eager"
+        print(f"encoder {mode}: {row['samples_per_s']:,.0f} samples/s", file=sys.stderr)
     return 0
 
 

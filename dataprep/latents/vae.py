@@ -46,7 +46,8 @@ class Vae:
                            "use an autoencoder made for this data (RGB images: 3, mel spectrograms: 1)")  # fmt: skip
         if height % f or width % f:
             raise VaeError(f"{i['name']} downsamples by {f}, so height and width must be multiples of {f}; {what} is "
-                           f"{height}x{width}: convert with a --size (or --clip-seconds) that gives multiples of {f}")  # fmt: skip
+                           f"{height}x{width}: convert with a --size (or --clip-seconds) that gives multiples of "
+                           f"{f}")  # fmt: skip
         return i["latent_channels"], height // f, width // f
 
     @torch.no_grad()

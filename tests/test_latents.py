@@ -1,0 +1,336 @@
+"""`dataprep convert --vae`: latents stored exactly in every format, equal to diffusers' own encoding, drawn and
+mirrored by the loaders as documented, and every wrong autoencoder or input refused with the fix. The order, epoch
+and shard properties of the loaders on latents are in test_loaders_conformance.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from dataprep_helpers import FORMATS, random_images
+from latent_helpers import SCALING, SHIFT, read_stored
+from PIL import Image
+
+from dataprep.cli import cli
+from dataprep.latents import VaeError, load_vae
+from dataprep.latents.encode import LatentEncoder
+from dataprep.manifest import load_manifest
+from dataprep.sources.base import AudioSpec, Chunk
+from dataprep.verify import verify
+from loaders import BACKENDS, build_loader
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = list(BACKENDS)
+
+
+def pixels(data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A pixel dataset's uint8 NHWC images and labels, read with h5py."""
+    with h5py.File(data_dir / "data.h5", "r") as f:
+        return f["x"][:], f["y"][:]
+
+
+def encoder(vae_dir: Path, batch_size: int = 32) -> LatentEncoder:
+    return LatentEncoder(load_vae(vae_dir, "cpu"), "image", (32, 32, 3), AudioSpec(), batch_size=batch_size)
+
+
+def convert_cli(*args: str):
+    return CliRunner().invoke(cli, ["convert", "--quiet", "--workers", "1", *args])
+
+
+def nothing_written(out: Path) -> bool:
+    return not out.exists() and not [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.tmp")]
+
+
+# --- what is stored ---------------------------------------------------------------------------------------------
+
+
+def test_every_format_stores_the_encoding_exactly(latent_images, latent_pixels, image_vae):
+    """Every format reads back bitwise the float16 moments the encoder computes from the same pixels; verify finds
+    nothing; the manifest names the layout, the autoencoder's factors and its hash."""
+    x, y = pixels(latent_pixels)
+    computed = encoder(image_vae).encode(Chunk(x, y)).x
+    assert computed.dtype == np.float16 and computed.shape == (len(x), 2, 2, 4, 16, 16)
+    for fmt in FORMATS:
+        stored, labels = read_stored(latent_images, fmt)
+        assert stored.dtype == np.float16, fmt
+        assert np.array_equal(stored.view(np.uint16), computed.view(np.uint16)), f"{fmt}: not the encoded bits"
+        assert np.array_equal(labels, y), fmt
+    assert verify(latent_images) == []
+    m = load_manifest(latent_images)
+    config = json.loads((image_vae / "config.json").read_text())
+    lat = m["latent"]
+    assert m["kind"] == "latent" and m["dtype"] == lat["dtype"] == "float16" and m["count"] == len(x)
+    assert m["sample_shape"] == [2, 2, 4, 16, 16] and lat["shape"] == [4, 16, 16]
+    assert lat["of"] == "image" and lat["views"] == ["image", "mirrored"] and lat["stored"] == ["mean", "std"]
+    assert lat["scaling_factor"] == config["scaling_factor"] == SCALING
+    assert lat["shift_factor"] == config["shift_factor"] == SHIFT
+    assert lat["input"] == {"kind": "image", "height": 32, "width": 32, "range": "[-1, 1]"}
+    assert lat["encoded"] == {"device": "cpu", "precision": "fp32", "processes": 1}
+    assert lat["vae"]["sha256"] == load_vae(image_vae).identity["sha256"] == load_vae(image_vae).identity["sha256"]
+    assert lat["vae"]["name"] == str(image_vae.resolve()) and lat["vae"]["downsample"] == 2
+
+
+def test_vae_hash_tells_autoencoders_apart(image_vae, tmp_path):
+    """The manifest's sha256 changes when one weight of the autoencoder changes, and not when it is saved again."""
+    from diffusers import AutoencoderKL
+
+    model = AutoencoderKL.from_pretrained(image_vae)
+    model.save_pretrained(tmp_path / "same")
+    with torch.no_grad():
+        model.encoder.conv_in.bias[0] += 1e-3
+    model.save_pretrained(tmp_path / "changed")
+    original = load_vae(image_vae).identity["sha256"]
+    assert load_vae(tmp_path / "same").identity["sha256"] == original
+    assert load_vae(tmp_path / "changed").identity["sha256"] != original
+
+
+def test_stored_moments_equal_diffusers_encoding(latent_images, latent_pixels, image_vae):
+    """Ground truth: AutoencoderKL.from_pretrained in fp32 on x / 127.5 - 1 and on its mirror gives the stored mean
+    and std of each view, within float16 rounding."""
+    from diffusers import AutoencoderKL
+
+    x, _ = pixels(latent_pixels)
+    vae = AutoencoderKL.from_pretrained(image_vae).eval()
+    image = torch.from_numpy(x).permute(0, 3, 1, 2).double().div(127.5).sub(1).float()
+    stored, _ = read_stored(latent_images, "hdf5")
+    stored = stored.astype(np.float32)
+    with torch.no_grad():
+        for view, pix in enumerate([image, image.flip(3)]):
+            dist = vae.encode(pix).latent_dist
+            np.testing.assert_allclose(stored[:, view, 0], dist.mean.numpy(), rtol=1e-3, atol=1e-3)
+            np.testing.assert_allclose(stored[:, view, 1], dist.std.numpy(), rtol=1e-3, atol=1e-3)
+    # the views are two encodings, not one latent stored twice or mirrored as a tensor
+    assert not np.allclose(stored[:, 1, 0], stored[:, 0, 0], atol=1e-2)
+    assert not np.allclose(stored[:, 1, 0], stored[:, 0, 0, ..., ::-1], atol=1e-2)
+
+
+# --- what the loaders draw --------------------------------------------------------------------------------------
+
+
+def residuals(x: torch.Tensor, stored: np.ndarray) -> np.ndarray:
+    """(N, V): mean square of (z - mean_v) / std_v per sample and view, z the delivered latent unscaled. For the view
+    the sample was drawn from it is about 1 (standard normal noise); for the other view far more."""
+    z = x.double().cpu().numpy()[:, None] / SCALING + SHIFT
+    s = stored.astype(np.float64)
+    return (((z - s[:, :, 0]) / s[:, :, 1]) ** 2).mean(axis=(2, 3, 4))
+
+
+def noise(x: torch.Tensor, stored: np.ndarray, view: np.ndarray) -> np.ndarray:
+    """The standard normal draws behind delivered latents x, given the view each sample came from."""
+    s = stored[np.arange(len(x)), view].astype(np.float64)
+    return (x.double().cpu().numpy() / SCALING + SHIFT - s[:, 0]) / s[:, 1]
+
+
+def augmented_epoch(backend: str, data_dir: Path, e: int, seed: int = 0) -> torch.Tensor:
+    with build_loader(backend, data_dir, batch_size=16, workers=1, shuffle=False, augment=True, drop_last=False,
+                      seed=seed) as loader:  # fmt: skip
+        for skipped in range(e):  # DALI cannot jump to an epoch
+            loader.set_epoch(skipped)
+            list(loader)
+        loader.set_epoch(e)
+        return torch.cat([b.x for b in loader])
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_augment_draws_from_a_view_about_half_mirrored(latent_images, backend):
+    """augment=True: each delivered latent is mean + std * standard normal noise of one stored view (then shifted and
+    scaled), the mirrored view for about half the samples; the noise is fresh each epoch and the same for the same
+    seed and epoch, and another seed draws otherwise."""
+    stored, _ = read_stored(latent_images, "hdf5")
+    x0 = augmented_epoch(backend, latent_images, 0)
+    r = residuals(x0, stored)
+    picked = r.argmin(axis=1)
+    right, wrong = r.min(axis=1), r.max(axis=1)
+    assert np.all((right > 0.8) & (right < 1.2)), f"{backend}: residuals of the drawn view are not N(0, 1): {right}"
+    assert np.all(wrong > 1.5), "the fixture's two views must be told apart under the noise"
+    assert 0.3 < picked.mean() < 0.7, f"{backend}: {picked.mean():.2f} of the samples mirrored"
+    eps0 = noise(x0, stored, picked)
+    assert abs(eps0.mean()) < 0.02 and abs(eps0.std() - 1) < 0.02
+    batches = eps0.reshape(6, -1)  # 16 samples each: every batch draws its own noise, not the first batch's again
+    assert np.abs(np.corrcoef(batches) - np.eye(6)).max() < 0.1, f"{backend}: batches share their noise"
+    x1 = augmented_epoch(backend, latent_images, 1)
+    r1 = residuals(x1, stored)
+    assert (r1.min(axis=1) < 1.2).all()
+    same_view = picked == r1.argmin(axis=1)
+    eps1 = noise(x1, stored, r1.argmin(axis=1))
+    assert np.abs(np.corrcoef(eps0[same_view].ravel(), eps1[same_view].ravel())[0, 1]) < 0.1, "noise repeats"
+    assert torch.equal(augmented_epoch(backend, latent_images, 1), x1), f"{backend}: epoch 1 drawn differently"
+    assert not torch.equal(augmented_epoch(backend, latent_images, 1, seed=5), x1)
+
+
+DRAW = """
+import sys, torch
+from loaders import build_loader
+with build_loader(sys.argv[1], sys.argv[2], batch_size=16, workers=0, shuffle=False, augment=True, drop_last=False,
+                  seed=7) as loader:
+    loader.set_epoch(1)
+    torch.save(torch.cat([b.x for b in loader]), sys.argv[3])
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hdf5", "gpu"])
+def test_draws_are_the_same_in_another_process(latent_images, backend, tmp_path):
+    """The flips and noise of (seed, epoch) do not depend on the process: two interpreters with different string
+    hashing (PYTHONHASHSEED) draw the same epoch, as a run resumed in a new process must."""
+    draws = []
+    for hash_seed in ("1", "2"):
+        path = tmp_path / f"draw{hash_seed}.pt"
+        env = os.environ | {"PYTHONHASHSEED": hash_seed}
+        subprocess.run([sys.executable, "-c", DRAW, backend, str(latent_images), str(path)], cwd=REPO, env=env,
+                       check=True, timeout=120)  # fmt: skip
+        draws.append(torch.load(path, weights_only=True))
+    assert draws[0].shape == (96, 4, 16, 16)
+    assert torch.equal(draws[0], draws[1]), f"{backend}: the draws depend on the interpreter's hash seed"
+
+
+# --- bad autoencoders and inputs ----------------------------------------------------------------------------------
+
+
+def test_missing_vae_directory_is_named(tmp_path):
+    """A --vae path that does not exist fails before any work, naming it and the fix, and writes nothing."""
+    out = tmp_path / "out"
+    missing = tmp_path / "no-such-vae"
+    r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", str(missing))
+    assert r.exit_code == 1 and str(missing) in r.output and "pass a local directory" in r.output, r.output
+    assert nothing_written(out)
+
+
+def test_a_unet_directory_is_not_an_autoencoder(tmp_path):
+    """A diffusers model directory of another class (a UNet2DModel) is refused, naming what it describes."""
+    from diffusers import UNet2DModel
+
+    unet = UNet2DModel(sample_size=8, block_out_channels=(4, 8), norm_num_groups=4, layers_per_block=1,
+                       down_block_types=("DownBlock2D",) * 2, up_block_types=("UpBlock2D",) * 2)  # fmt: skip
+    unet.save_pretrained(tmp_path / "unet")
+    out = tmp_path / "out"
+    r = convert_cli(
+        "--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", str(tmp_path / "unet")
+    )
+    assert r.exit_code == 1 and "describes a UNet2DModel, not an AutoencoderKL" in r.output, r.output
+    assert nothing_written(out)
+
+
+def test_rgb_images_into_a_mel_autoencoder(audio_vae, tmp_path):
+    """RGB images given to a 1-channel (log-mel) autoencoder: the channels are named, nothing is published."""
+    out = tmp_path / "out"
+    r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", str(audio_vae))
+    assert r.exit_code == 1 and "takes 1-channel input" in r.output and "has 3 channel(s)" in r.output, r.output
+    assert nothing_written(out)
+
+
+def test_image_size_the_autoencoder_cannot_halve(image_vae, tmp_path):
+    """31x31 images (--size 31) into an autoencoder that downsamples by 2: the message names both and the fix."""
+    root = tmp_path / "in" / "cat"
+    root.mkdir(parents=True)
+    for i, img in enumerate(random_images(4)):
+        Image.fromarray(img).save(root / f"{i}.png")
+    out = tmp_path / "out"
+    r = convert_cli("--input", str(tmp_path / "in"), "--size", "31", "--output", str(out), "--vae", str(image_vae))
+    assert r.exit_code == 1 and "downsamples by 2" in r.output and "31x31" in r.output, r.output
+    assert "--size" in r.output
+    assert nothing_written(out)
+
+
+def test_hub_id_without_network_fails_fast(tmp_path):
+    """A hub id that is neither cached nor reachable fails within seconds, saying to pass a local directory."""
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", "someone/some-vae")
+    elapsed = time.monotonic() - t0
+    assert r.exit_code == 1 and "someone/some-vae" in r.output and "pass a local directory" in r.output, r.output
+    assert elapsed < 10, f"took {elapsed:.1f} s"
+    assert nothing_written(out)
+
+
+def test_device_without_vae_is_refused(tmp_path):
+    """--device only means something with --vae: without it the command exits 2 and says so."""
+    r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(tmp_path / "o"), "--device", "cpu")
+    assert r.exit_code == 2 and "only --vae runs on a device" in r.output
+    assert nothing_written(tmp_path / "o")
+
+
+def test_audio_latents_of_the_audioldm_mel(audio_vae, tmp_path):
+    """Clips through an AudioLDM-shaped autoencoder: one view of (8, frames/4, 64/4), equal to diffusers' encoding of
+    dataprep.latents.mel.audioldm_mel of the same clips; a clip length whose frames do not divide by 4 is refused."""
+    from diffusers import AutoencoderKL
+
+    from dataprep.latents.mel import audioldm_mel
+
+    common = ["--source", "synthetic-audio", "--limit", "8", "--sample-rate", "16000", "--format", "hdf5"]
+    r = convert_cli(*common, "--clip-seconds", "0.64", "--output", str(tmp_path / "lat"), "--vae", str(audio_vae))
+    assert r.exit_code == 0, r.output
+    m = load_manifest(tmp_path / "lat")
+    assert m["sample_shape"] == [1, 2, 8, 16, 16] and m["latent"]["views"] == ["clip"] and m["audio"] is None
+    assert m["latent"]["input"]["frames"] == 64 and verify(tmp_path / "lat") == []
+    assert convert_cli(*common, "--clip-seconds", "0.64", "--output", str(tmp_path / "wav")).exit_code == 0
+    with h5py.File(tmp_path / "wav" / "data.h5", "r") as f:
+        wave = torch.from_numpy(f["x"][:])
+    with torch.no_grad():
+        dist = AutoencoderKL.from_pretrained(audio_vae).encode(audioldm_mel(wave)[:, None]).latent_dist
+    stored = read_stored(tmp_path / "lat", "hdf5")[0].astype(np.float32)
+    np.testing.assert_allclose(stored[:, 0, 0], dist.mean.numpy(), rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(stored[:, 0, 1], dist.std.numpy(), rtol=1e-3, atol=1e-3)
+    r = convert_cli(*common, "--clip-seconds", "0.512", "--output", str(tmp_path / "odd"), "--vae", str(audio_vae))
+    assert r.exit_code == 1 and "downsamples by 4" in r.output and "51x64" in r.output, r.output
+    assert "--clip-seconds" in r.output and nothing_written(tmp_path / "odd")
+
+
+# --- out of memory ------------------------------------------------------------------------------------------------
+
+
+def fails_above(enc: LatentEncoder, k: int) -> list[int]:
+    """Make the real encoder raise torch.OutOfMemoryError on more than k inputs, as a full GPU would; returns the
+    input sizes it was called with."""
+    real, calls = enc._moments, []
+
+    def moments(x: torch.Tensor):
+        calls.append(len(x))
+        if len(x) > k:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected by the test)")
+        return real(x)
+
+    enc._moments = moments
+    return calls
+
+
+def test_out_of_memory_halves_the_pieces(latent_pixels, image_vae, capsys):
+    """On an out-of-memory error the encoder retries in halves, says once which --batch-size avoids it, and stores the
+    same latents as an encoding that never failed."""
+    x, y = pixels(latent_pixels)
+    x, y = x[:40], y[:40]
+    expected = encoder(image_vae, batch_size=16).encode(Chunk(x, y)).x
+    enc = encoder(image_vae, batch_size=16)
+    calls = fails_above(enc, 8)  # 8 inputs: 4 images and their mirrors
+    got = enc.encode(Chunk(x, y)).x
+    np.testing.assert_allclose(got.astype(np.float32), expected.astype(np.float32), rtol=1e-3, atol=1e-4)
+    assert calls[:3] == [32, 16, 8] and max(calls[3:]) == 8 and enc.piece == 4
+    err = capsys.readouterr().err
+    assert err.count("out of GPU memory") == 1 and "--batch-size 8" in err
+
+
+def test_out_of_memory_on_one_sample_is_a_vae_error(latent_pixels, image_vae):
+    """When even one sample does not fit, the encoder stops with a VaeError suggesting another device."""
+    x, y = pixels(latent_pixels)
+    enc = encoder(image_vae, batch_size=8)
+    fails_above(enc, 0)
+    with pytest.raises(VaeError, match="single sample.*--device cpu"):
+        enc.encode(Chunk(x[:8], y[:8]))
+
+
+def test_convert_with_vae_api_matches_cli(latent_images, image_vae, tmp_path):
+    """The CLI and ConvertConfig write the same latents (the CLI passes --vae, --batch-size and --device through)."""
+    out = tmp_path / "cli"
+    r = convert_cli("--source", "synthetic-images", "--limit", "96", "--format", "hdf5", "--output", str(out),
+                    "--vae", str(image_vae), "--device", "cpu", "--batch-size", "32")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert load_manifest(out)["digest"]["total"] == load_manifest(latent_images)["digest"]["total"]
