@@ -75,6 +75,8 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
         device=_device(device, vae), vae_precision=vae_precision, compile=compile,
     )  # fmt: skip
     manifest = _guard(run, cfg)
+    if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
+        return
     click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")
     if manifest["skipped"]:
         click.echo(f"skipped {len(manifest['skipped'])} bad file(s); listed in {output}/manifest.json", err=True)

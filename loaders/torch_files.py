@@ -1,7 +1,8 @@
 """The baseline people write today: a `torch.utils.data.Dataset` over one file per sample (PIL decodes PNG,
 soundfile decodes WAV, numpy reads a latent's .npy), torchvision's ToTensor + Normalize on the CPU in each worker,
-`DataLoader(num_workers, pin_memory)`, then `.to(device)`. Knobs: workers -> num_workers; pin_memory -> pin_memory; prefetch ->
-prefetch_factor (workers > 0 only). Workers are not persistent, as in the tutorials: each epoch starts them again.
+`DataLoader(num_workers, pin_memory)`, then `.to(device)`. Knobs: workers -> num_workers; pin_memory -> pin_memory;
+prefetch -> prefetch_factor (workers > 0 only). Workers are not persistent, as in the tutorials: each epoch starts them
+again.
 """
 
 from __future__ import annotations

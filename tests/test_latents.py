@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -334,3 +335,25 @@ def test_convert_with_vae_api_matches_cli(latent_images, image_vae, tmp_path):
                     "--vae", str(image_vae), "--device", "cpu", "--batch-size", "32")  # fmt: skip
     assert r.exit_code == 0, r.output
     assert load_manifest(out)["digest"]["total"] == load_manifest(latent_images)["digest"]["total"]
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
+    """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch and rank 0 writes one
+    dataset whose digest equals one process's; the other rank writes nothing."""
+    args = ["convert", "--source", "synthetic-images", "--limit", "100", "--vae", str(image_vae), "--batch-size", "16",
+            "--format", "hdf5", "--device", "cpu", "--quiet"]  # fmt: skip
+    single = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")],
+                            capture_output=True, text=True)  # fmt: skip
+    assert single.returncode == 0, single.stderr
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
+                          "127.0.0.1", "--master_port", port, "-m", "dataprep", *args, "--output", str(tmp_path / "two")], capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    one, two = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "two"))
+    assert two["latent"]["encoded"]["processes"] == 2 and one["latent"]["encoded"]["processes"] == 1
+    assert two["digest"]["total"] == one["digest"]["total"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
