@@ -350,8 +350,8 @@ def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-                          "127.0.0.1", "--master_port", port, "-m", "dataprep", *args, "--output", str(tmp_path / "two")], capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+                          "127.0.0.1", "--master_port", port, "-m", "dataprep", *args, "--output",
+                          str(tmp_path / "two")], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     one, two = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "two"))
     assert two["latent"]["encoded"]["processes"] == 2 and one["latent"]["encoded"]["processes"] == 1
