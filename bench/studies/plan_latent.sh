@@ -4,10 +4,11 @@
 # default 9) are spent, so the same command can be repeated until every grid prints "complete".
 #
 #   bash bench/studies/plan_latent.sh prep      # CIFAR-10 -> 256 px pixels and SD-VAE latents, the encoder's own rate
-#   bash bench/studies/plan_latent.sh cached online        # DiT-B/2 b256 compiled: cached latents / encoding in the step,
-#                                                          # every backend on all cores, then on 2 cores (--cpus 2)
-#   bash bench/studies/plan_latent.sh cached4 online4      # the same on 4 cores
-#   bash bench/studies/plan_latent.sh audio     # spoken digits made 10.24 s, AudioLDM-shaped VAE, DiT-B/2 b64
+#   bash bench/studies/plan_latent.sh cached cached2 cached4   # DiT-B/2 b256 compiled on cached latents, every
+#                                                             # backend on all cores, on 2 (--cpus 2) and on 4
+#   bash bench/studies/plan_latent.sh online online2 online4   # the same, encoding each batch in the step (--vae)
+#   bash bench/studies/plan_latent.sh audio audio2   # spoken digits made 10.24 s, AudioLDM-shaped VAE, DiT-B/2 b64,
+#                                                    # all cores, then 2
 #   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
 #
 # Data: the first IMG_N (default 10,000) CIFAR-10 train JPEGs, made 256 px by `dataprep convert --size 256`
@@ -42,49 +43,56 @@ grid() {  # grid STEP DATA ARGS...: one bench loaders grid, resumed, inside the 
 
 images() {
   [ -f "$D/lat256/manifest.json" ] && return
-  mkdir -p "$R/prep"
-  mkdir -p "$D/cifar" && tar xzf "$(archive_of img cifar10-jpg.tar.gz)" -C "$D/cifar"
-  python3 -m bench.studies.latent_cache vaes "$D/vaes" >"$R/prep/vaes.json"
-  local c=(python3 -m dataprep convert --input "$D/cifar" --size 256 --limit "$IMG_N" --quiet --timings --overwrite)
-  "${c[@]}" --format hdf5,ffcv,files --output "$D/px256" 2>&1 | tee "$R/prep/convert_pixels.txt"
-  "${c[@]}" --format hdf5,ffcv,files --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
+  mkdir -p "$R/prep" "$D/cifar" && tar xzf "$(archive_of img cifar10-jpg.tar.gz)" -C "$D/cifar"
+  [ -d "$D/vaes/sd" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >"$R/prep/vaes.json"
+  "${CONVERT[@]}" --format hdf5,ffcv,files --output "$D/px256" 2>&1 | tee "$R/prep/convert_pixels.txt"
+  "${CONVERT[@]}" --format hdf5,ffcv,files --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
     | tee "$R/prep/convert_latents.txt"
-  "${c[@]}" --format hdf5 --vae "$D/vaes/sd" --batch-size 64 --compile --output "$D/lat256c" 2>&1 \
-    | tee "$R/prep/convert_latents_compiled.txt"
   cp "$D/lat256/manifest.json" "$R/prep/manifest_latents.json"
-  cp "$D/lat256c/manifest.json" "$R/prep/manifest_latents_compiled.json"
 }
 
+audio_data() {
+  [ -f "$D/alat/manifest.json" ] && return
+  mkdir -p "$R/audio_prep" "$D/fsdd" && tar xzf "$(archive_of aud fsdd-wav.tar.gz)" -C "$D/fsdd"
+  [ -d "$D/vaes/audioldm" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
+  local a=(python3 -m dataprep convert --input "$D/fsdd/recordings" --sample-rate 16000 --clip-seconds 10.24
+           --channels 1 --format hdf5,ffcv,files --quiet --timings --overwrite)
+  "${a[@]}" --output "$D/awav" 2>&1 | tee "$R/audio_prep/convert_clips.txt"
+  "${a[@]}" --vae "$D/vaes/audioldm" --batch-size 32 --output "$D/alat" 2>&1 | tee "$R/audio_prep/convert_latents.txt"
+  cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
+  python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 64 \
+    --json "$R/audio_prep/encoder_rate.json"
+  archive audio_prep
+}
+
+CONVERT=(python3 -m dataprep convert --input "$D/cifar" --size 256 --limit "$IMG_N" --quiet --timings --overwrite)
+LAT=(--batch-size 256 --steps 60 --warmup 15)
+ONL=(--vae "$D/vaes/sd" --batch-size 256 --steps 40 --warmup 10)
+ALAT=(--batch-size 64 --steps 40 --warmup 10)
+AONL=(--vae "$D/vaes/audioldm" --batch-size 64 --steps 30 --warmup 8)
 for step in "$@"; do
   echo "== $step ($(left) min left)"
   case $step in
     prep)
       mkdir -p "$R/prep"; (nvidia-smi || true) >"$R/prep/nvidia-smi.txt"; images
+      "${CONVERT[@]}" --format hdf5 --vae "$D/vaes/sd" --batch-size 64 --compile --output "$D/lat256c" 2>&1 \
+        | tee "$R/prep/convert_latents_compiled.txt"
+      cp "$D/lat256c/manifest.json" "$R/prep/manifest_latents_compiled.json"
       python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/sd" --shape 3,256,256 --batch-size 128 \
         --json "$R/prep/encoder_rate.json"
       archive prep ;;
-    cached) images; grid cached "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 256 --steps 60 --warmup 15
-            grid cached_cpus2 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 --batch-size 256 --steps 60 --warmup 15 ;;
-    online) images; grid online "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 256 --steps 40 --warmup 10
-            grid online_cpus2 "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv --workers 2 --cpus 2 --batch-size 256 --steps 40 --warmup 10 ;;
-    cached4) images; grid cached_cpus4 "$D/lat256" --backends torch,hdf5,ffcv --workers 4 --cpus 4 --batch-size 256 --steps 60 --warmup 15 ;;
-    online4) images; grid online_cpus4 "$D/px256" --vae "$D/vaes/sd" --backends torch,hdf5,ffcv --workers 4 --cpus 4 --batch-size 256 --steps 40 --warmup 10 ;;
-    audio)
-      mkdir -p "$R/audio_prep"
-      if [ ! -f "$D/alat/manifest.json" ]; then
-        [ -d "$D/vaes/audioldm" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
-        mkdir -p "$D/fsdd" && tar xzf "$(archive_of aud fsdd-wav.tar.gz)" -C "$D/fsdd"
-        a=(python3 -m dataprep convert --input "$D/fsdd/recordings" --sample-rate 16000 --clip-seconds 10.24 --channels 1
-           --format hdf5,ffcv,files --quiet --timings --overwrite)
-        "${a[@]}" --output "$D/awav" 2>&1 | tee "$R/audio_prep/convert_clips.txt"
-        "${a[@]}" --vae "$D/vaes/audioldm" --batch-size 32 --output "$D/alat" 2>&1 | tee "$R/audio_prep/convert_latents.txt"
-        cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
-        python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 64 \
-          --json "$R/audio_prep/encoder_rate.json"
-        archive audio_prep
-      fi
-      grid audio_cached "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 64 --steps 40 --warmup 10
-      grid audio_online "$D/awav" --vae "$D/vaes/audioldm" --backends torch,hdf5,ffcv,gpu --workers 8 --batch-size 64 --steps 30 --warmup 8 ;;
+    cached) images; grid cached "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 8 "${LAT[@]}" ;;
+    cached2) images; grid cached_cpus2 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${LAT[@]}" ;;
+    cached4) images; grid cached_cpus4 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 4 --cpus 4 "${LAT[@]}" ;;
+    online) images; grid online "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 8 "${ONL[@]}" ;;
+    online2) images; grid online_cpus2 "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${ONL[@]}" ;;
+    online4) images; grid online_cpus4 "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 4 --cpus 4 "${ONL[@]}" ;;
+    audio) audio_data
+      grid audio_cached "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 8 "${ALAT[@]}"
+      grid audio_online "$D/awav" --backends torch,hdf5,ffcv,gpu --workers 8 "${AONL[@]}" ;;
+    audio2) audio_data
+      grid audio_cached_cpus2 "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${ALAT[@]}"
+      grid audio_online_cpus2 "$D/awav" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${AONL[@]}" ;;
     gputest)
       mkdir -p "$R/gputest"
       python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true
