@@ -28,7 +28,8 @@ from .timings import Timings
 from .workdir import Workdir
 
 ENCODE_BYTES = 1 << 20  # samples per encoding task: ~1 MiB, so 4 tasks per worker in flight stay small
-CHUNK = 1024  # samples per chunk: bounded memory (3 MiB of CIFAR, 64 MiB of 1 s audio) and cheap per-chunk overhead
+CHUNK = 1024  # samples per chunk at most: cheap per-chunk overhead (3 MiB of CIFAR, 64 MiB of 1 s audio)
+CHUNK_BYTES = 64 << 20  # and at most this much decoded data: 10.24 s clips are 640 KiB, 256 px images 192 KiB each
 
 
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the disk, a file-size limit (ulimit -f) or a quota is full
@@ -93,7 +94,9 @@ def convert(cfg: ConvertConfig) -> dict:
         tmp = work.tmp
         total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
-            stream = _usable(source.chunks(CHUNK, cfg.on_bad_file, cfg.workers), cfg.limit, skipped)
+            stream = _usable(
+                source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, skipped
+            )
             with times.timed("first samples (workers start)"):
                 first = next(stream, None)
             if first is None:
@@ -108,8 +111,10 @@ def convert(cfg: ConvertConfig) -> dict:
             writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
-        if encoder is not None:
-            times.add("encode with the autoencoder (a thread)", encoder.seconds, "converting process")
+        if encoder is not None:  # the first chunk apart: it holds the compiling, the rest is the encoder's pace
+            (_, first_s), *rest = encoder.chunks
+            times.add("encode: the first chunk (a thread)", first_s)
+            times.add("encode: the other chunks (a thread)", sum(s for _, s in rest))
         if hasattr(source, "decode_cpu_s"):
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = _finish_all(writers, tmp, cfg.workers, times)
@@ -118,10 +123,14 @@ def convert(cfg: ConvertConfig) -> dict:
             manifest |= {"audio": None, "latent": encoder.describe()}
         wall, cpu = round(time.perf_counter() - t0, 2), round(time.process_time() - cpu0, 2)
         manifest["timings"] = {"wall_s": wall, "cpu_s": cpu, "workers": cfg.workers, "stages": times.as_dict()}
+        if encoder is not None:
+            manifest["timings"]["encoded_per_s"] = encoder.pace()
         write_json_atomic(tmp / NAME, manifest)
         work.publish()
         if cfg.timings:
             print(times.table(wall, cpu), file=sys.stderr)
+            if encoder is not None and encoder.pace():
+                print(f"encoded {encoder.pace():,.0f} samples/s after the first chunk", file=sys.stderr)
         return manifest
     except BaseException as e:
         if work is not None:
@@ -178,6 +187,14 @@ def _finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict
 def _timed(times: Timings, stage: str, fn, *args) -> None:
     with times.timed(stage):
         fn(*args)
+
+
+def _chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:
+    """Samples per chunk: CHUNK, fewer where samples are large (the size of images without --size is not known before
+    decoding), and with --vae a whole number of autoencoder batches, so that only the last batch can be short."""
+    sample_bytes = 4 * spec.channels * spec.num_samples if source.kind == "audio" else 3 * (cfg.size or 0) ** 2
+    n = min(CHUNK, CHUNK_BYTES // max(1, sample_bytes))
+    return max(cfg.batch_size, n // cfg.batch_size * cfg.batch_size) if cfg.vae else max(1, n)
 
 
 def _usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
@@ -269,7 +286,7 @@ def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     gathers every batch and writes the one output)."""
     source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec,
                           size=cfg.size)  # fmt: skip
-    stream = _usable(source.chunks(CHUNK, cfg.on_bad_file, cfg.workers), cfg.limit, [])
+    stream = _usable(source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
     first = next(stream, None)
     if first is None:
         return {}

@@ -19,11 +19,11 @@ def sd_vae(tmp_path_factory):
     return out / "sd"
 
 
-def _convert(out, vae, device, formats=("hdf5", "ffcv", "files")):
+def _convert(out, vae, device, formats=("hdf5", "ffcv", "files"), limit=256, **kw):
     from dataprep.convert import ConvertConfig, convert
 
-    return convert(ConvertConfig(output=out, source="synthetic-images", limit=256, formats=formats, vae=str(vae),
-                                 device=device, progress=False, workers=2))  # fmt: skip
+    return convert(ConvertConfig(output=out, source="synthetic-images", limit=limit, formats=formats, vae=str(vae),
+                                 device=device, progress=False, workers=2, **kw))  # fmt: skip
 
 
 def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
@@ -39,6 +39,21 @@ def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
     b = np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / "cpu", cpu, 1024)]).astype(np.float32)
     mean_a, mean_b = a[:, :, 0], b[:, :, 0]
     assert np.abs(mean_a - mean_b).max() <= 0.05 * np.abs(mean_b).max()
+
+
+def test_compiled_encoding_compiles_once_and_matches_eager(sd_vae, tmp_path):
+    """--compile with a short last batch (200 images, batches of 64) compiles the encoder for one shape only and
+    stores the eager encoding's means to bf16 accuracy."""
+    from dataprep.formats import module
+
+    eager = _convert(tmp_path / "eager", sd_vae, "cuda", ("hdf5",), limit=200)
+    torch._dynamo.reset()
+    with torch._dynamo.config.patch(error_on_recompile=True):  # a second shape would compile again: an error here
+        compiled = _convert(tmp_path / "compiled", sd_vae, "cuda", ("hdf5",), limit=200, compile=True)
+    a, b = (np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / n, m, 1024)]).astype(np.float32)
+            for n, m in (("eager", eager), ("compiled", compiled)))  # fmt: skip
+    assert a.shape == b.shape == (200, 2, 2, 4, 4, 4)
+    assert np.abs(a[:, :, 0] - b[:, :, 0]).max() <= 0.05 * np.abs(a[:, :, 0]).max()
 
 
 def test_dit_b2_compiled_trains_on_cached_latents_and_online(sd_vae, tmp_path):

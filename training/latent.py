@@ -29,14 +29,10 @@ class OnlineEncoder:
         self._moments = torch.compile(self.vae.moments, dynamic=False) if compile else self.vae.moments
 
     def _input(self, spec: DataSpec) -> tuple[int, int, int]:
-        from dataprep.latents.mel import N_MELS, SAMPLE_RATE, frames_for
+        from dataprep.latents.mel import mel_input
 
         audio = spec.manifest["audio"]
-        if audio["sample_rate"] != SAMPLE_RATE or audio.get("channels", 1) != 1:
-            raise VaeError(f"AudioLDM's mel features take mono clips at {SAMPLE_RATE} Hz; this data has "
-                           f"{audio.get('channels', 1)} channel(s) at {audio['sample_rate']} Hz: convert with "
-                           f"--sample-rate {SAMPLE_RATE} --channels 1")  # fmt: skip
-        return 1, frames_for(spec.manifest["sample_shape"][-1]), N_MELS
+        return mel_input(audio["sample_rate"], audio.get("channels", 1), spec.manifest["sample_shape"][-1])[0]
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:

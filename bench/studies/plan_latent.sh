@@ -45,8 +45,8 @@ images() {
   [ -f "$D/lat256/manifest.json" ] && return
   mkdir -p "$R/prep" "$D/cifar" && tar xzf "$(archive_of img cifar10-jpg.tar.gz)" -C "$D/cifar"
   [ -d "$D/vaes/sd" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >"$R/prep/vaes.json"
-  "${CONVERT[@]}" --format hdf5,ffcv,files --output "$D/px256" 2>&1 | tee "$R/prep/convert_pixels.txt"
-  "${CONVERT[@]}" --format hdf5,ffcv,files --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
+  "${CONVERT[@]}" --format "$FORMATS" --output "$D/px256" 2>&1 | tee "$R/prep/convert_pixels.txt"
+  "${CONVERT[@]}" --format "$FORMATS" --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
     | tee "$R/prep/convert_latents.txt"
   cp "$D/lat256/manifest.json" "$R/prep/manifest_latents.json"
 }
@@ -56,7 +56,7 @@ audio_data() {
   mkdir -p "$R/audio_prep" "$D/fsdd" && tar xzf "$(archive_of aud fsdd-wav.tar.gz)" -C "$D/fsdd"
   [ -d "$D/vaes/audioldm" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
   local a=(python3 -m dataprep convert --input "$D/fsdd/recordings" --sample-rate 16000 --clip-seconds 10.24
-           --channels 1 --format hdf5,ffcv,files --quiet --timings --overwrite)
+           --channels 1 --format "$FORMATS" --quiet --timings --overwrite)
   "${a[@]}" --output "$D/awav" 2>&1 | tee "$R/audio_prep/convert_clips.txt"
   "${a[@]}" --vae "$D/vaes/audioldm" --batch-size 32 --output "$D/alat" 2>&1 | tee "$R/audio_prep/convert_latents.txt"
   cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
@@ -65,6 +65,8 @@ audio_data() {
   archive audio_prep
 }
 
+FORMATS=${FORMATS:-hdf5,ffcv,files,dali}
+BACKENDS=${BACKENDS:-torch,hdf5,ffcv,dali,gpu}
 CONVERT=(python3 -m dataprep convert --input "$D/cifar" --size 256 --limit "$IMG_N" --quiet --timings --overwrite)
 LAT=(--batch-size 256 --steps 60 --warmup 15)
 ONL=(--vae "$D/vaes/sd" --batch-size 256 --steps 40 --warmup 10)
@@ -81,18 +83,18 @@ for step in "$@"; do
       python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/sd" --shape 3,256,256 --batch-size 128 \
         --json "$R/prep/encoder_rate.json"
       archive prep ;;
-    cached) images; grid cached "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 8 "${LAT[@]}" ;;
-    cached2) images; grid cached_cpus2 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${LAT[@]}" ;;
-    cached4) images; grid cached_cpus4 "$D/lat256" --backends torch,hdf5,ffcv,gpu --workers 4 --cpus 4 "${LAT[@]}" ;;
-    online) images; grid online "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 8 "${ONL[@]}" ;;
-    online2) images; grid online_cpus2 "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${ONL[@]}" ;;
-    online4) images; grid online_cpus4 "$D/px256" --backends torch,hdf5,ffcv,gpu --workers 4 --cpus 4 "${ONL[@]}" ;;
+    cached) images; grid cached "$D/lat256" --backends "$BACKENDS" --workers 8 "${LAT[@]}" ;;
+    cached2) images; grid cached_cpus2 "$D/lat256" --backends "$BACKENDS" --workers 2 --cpus 2 "${LAT[@]}" ;;
+    cached4) images; grid cached_cpus4 "$D/lat256" --backends "$BACKENDS" --workers 4 --cpus 4 "${LAT[@]}" ;;
+    online) images; grid online "$D/px256" --backends "$BACKENDS" --workers 8 "${ONL[@]}" ;;
+    online2) images; grid online_cpus2 "$D/px256" --backends "$BACKENDS" --workers 2 --cpus 2 "${ONL[@]}" ;;
+    online4) images; grid online_cpus4 "$D/px256" --backends "$BACKENDS" --workers 4 --cpus 4 "${ONL[@]}" ;;
     audio) audio_data
-      grid audio_cached "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 8 "${ALAT[@]}"
-      grid audio_online "$D/awav" --backends torch,hdf5,ffcv,gpu --workers 8 "${AONL[@]}" ;;
+      grid audio_cached "$D/alat" --backends "$BACKENDS" --workers 8 "${ALAT[@]}"
+      grid audio_online "$D/awav" --backends "$BACKENDS" --workers 8 "${AONL[@]}" ;;
     audio2) audio_data
-      grid audio_cached_cpus2 "$D/alat" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${ALAT[@]}"
-      grid audio_online_cpus2 "$D/awav" --backends torch,hdf5,ffcv,gpu --workers 2 --cpus 2 "${AONL[@]}" ;;
+      grid audio_cached_cpus2 "$D/alat" --backends "$BACKENDS" --workers 2 --cpus 2 "${ALAT[@]}"
+      grid audio_online_cpus2 "$D/awav" --backends "$BACKENDS" --workers 2 --cpus 2 "${AONL[@]}" ;;
     gputest)
       mkdir -p "$R/gputest"
       python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true

@@ -41,30 +41,21 @@ class LatentEncoder:
             height, width, channels = sample_shape
             self.input = {"kind": "image", "height": height, "width": width, "range": "[-1, 1]"}
         else:
-            channels, height, width = self._mel_input(sample_shape, audio)
+            from .mel import mel_input
+
+            mono = len(sample_shape) == 1  # clips are (T,) mono, (C, T) otherwise
+            args = audio.sample_rate, 1 if mono else sample_shape[0], sample_shape[-1]
+            (channels, height, width), self.input = mel_input(*args)
         self.latent = vae.latent_shape(channels, height, width, f"the {kind} input ({channels}x{height}x{width})")
         self.sample_shape = (len(self.views), len(STORED), *self.latent)
         autocast = precision == "bf16" and self.device.type == "cuda"
         self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
         self.precision = "bf16" if autocast else "fp32"
+        self.compiled = compile
         self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
-        self.seconds = 0.0  # wall time inside encode(), the autoencoder's share of the conversion
-
-    def _mel_input(self, sample_shape: tuple[int, ...], audio: AudioSpec) -> tuple[int, int, int]:
-        from .mel import N_MELS, SAMPLE_RATE, frames_for
-
-        if audio.sample_rate != SAMPLE_RATE:
-            raise VaeError(f"AudioLDM's mel features are defined at {SAMPLE_RATE} Hz; convert with --sample-rate "
-                           f"{SAMPLE_RATE}, not {audio.sample_rate}")  # fmt: skip
-        if len(sample_shape) != 1:
-            raise VaeError(f"an AudioLDM-shaped autoencoder takes mono clips; convert with --channels 1, not "
-                           f"{sample_shape[0]}")  # fmt: skip
-        frames = frames_for(sample_shape[0])
-        self.input = {"kind": "log-mel (AudioLDM)", "sample_rate": SAMPLE_RATE, "clip_seconds": audio.clip_seconds,
-                      "frames": frames, "mels": N_MELS, "layout": "(1, frames, mels)"}  # fmt: skip
-        return 1, frames, N_MELS
+        self.chunks: list[tuple[int, float]] = []  # (samples, wall seconds) of each encode(); the first compiles
 
     def describe(self) -> dict:
         return {
@@ -80,9 +71,17 @@ class LatentEncoder:
             "encoded": {"device": str(self.device), "precision": self.precision, "processes": self.world},
         }
 
+    def pace(self) -> float | None:
+        """Samples encoded per second after the first chunk (which holds compiling and warm-up); None for one chunk."""
+        rest = self.chunks[1:]
+        seconds = sum(s for _, s in rest)
+        return round(sum(n for n, _ in rest) / seconds, 1) if rest and seconds > 0 else None
+
     def _inputs(self, x: np.ndarray) -> torch.Tensor:
-        """A batch as the autoencoder takes it, mirrored views appended after the originals."""
-        t = torch.from_numpy(x).to(self.device, non_blocking=False)
+        """A piece as the autoencoder takes it, mirrored views appended after the originals. From pinned memory, so
+        the copy does not wait for the GPU to finish the piece before."""
+        t = torch.from_numpy(x)
+        t = t.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else t
         if self.kind == "audio":
             from .mel import audioldm_mel
 
@@ -91,41 +90,50 @@ class LatentEncoder:
         t = torch.cat([t, t.flip(3)])
         return t.contiguous(memory_format=torch.channels_last) if t.is_cuda else t
 
-    def _encode(self, x: np.ndarray) -> np.ndarray:
-        """(n, V, 2, C, h, w) float16 for n samples; halves the pieces it encodes at once when the GPU runs out (the
-        batches stay as they are: under torchrun they are what the ranks share out)."""
+    def _encode(self, x: np.ndarray) -> torch.Tensor:
+        """(n, V, 2, C, h, w) float16 on the device for n samples, `self.piece` at a time. Compiled, a short last
+        piece is padded to the full size: a new shape would be compiled anew (tens of seconds for an SD-sized
+        encoder). Halves the pieces when the GPU runs out of memory (the batches stay as they are: under torchrun
+        they are what the ranks share out)."""
         out, start = [], 0
         while start < len(x):
+            piece = x[start : start + self.piece]
+            n = len(piece)
+            if self.compiled and n < self.piece:
+                piece = np.concatenate([piece, np.repeat(piece[-1:], self.piece - n, axis=0)])
             try:
                 with self.autocast:
-                    mean, std = self._moments(self._inputs(x[start : start + self.piece]))
+                    mean, std = self._moments(self._inputs(piece))
             except torch.OutOfMemoryError:
-                if self.piece == 1:
-                    raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or "
-                                   "convert on another device (--device cpu)") from None  # fmt: skip
-                torch.cuda.empty_cache()
-                if self.piece == self.batch_size:
-                    print(f"encode: out of GPU memory; encoding {self.piece // 2} at a time from now on (--batch-size "
-                          f"{self.piece // 2} avoids the retry)", file=sys.stderr)  # fmt: skip
-                self.piece //= 2
+                self._halve()
                 continue
-            n = len(mean) // len(self.views)
-            both = torch.stack([mean, std], 1).reshape(len(self.views), n, len(STORED), *self.latent)
-            out.append(both.transpose(0, 1).to(torch.float16).cpu().numpy())
+            both = torch.stack([mean, std], 1).reshape(len(self.views), len(piece), len(STORED), *self.latent)
+            out.append(both[:, :n].transpose(0, 1).to(torch.float16))
             start += n
-        return np.concatenate(out)
+        return torch.cat(out)
+
+    def _halve(self) -> None:
+        if self.piece == 1:
+            raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or convert on "
+                           "another device (--device cpu)")  # fmt: skip
+        torch.cuda.empty_cache()
+        self.piece //= 2
+        print(f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "
+              "avoids the retry)", file=sys.stderr)  # fmt: skip
 
     def encode(self, chunk: Chunk) -> Chunk:
-        """The chunk's latents; under torchrun rank r encodes batches r, r + world, ... and every rank gets all."""
+        """The chunk's latents; under torchrun rank r encodes batches r, r + world, ... and every rank gets all.
+        Everything is queued on the GPU before the first result is copied back, so it never waits between batches."""
         t0, bs = time.perf_counter(), self.batch_size
         starts = range(0, len(chunk), bs)
         mine = {s: self._encode(chunk.x[s : s + bs]) for k, s in enumerate(starts) if k % self.world == self.rank}
+        mine = {s: v.cpu().numpy() for s, v in mine.items()}
         if self.world > 1:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
         out = Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
-        self.seconds += time.perf_counter() - t0
+        self.chunks.append((len(chunk), time.perf_counter() - t0))
         return out
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:

@@ -97,6 +97,22 @@ def frames_for(num_samples: int) -> int:
     return num_samples // HOP
 
 
+def mel_input(sample_rate: int, channels: int, num_samples: int) -> tuple[tuple[int, int, int], dict]:
+    """The autoencoder's input shape (1, frames, N_MELS) for clips of this data, and its description for the
+    manifest; a VaeError saying how to convert instead where the clips are not mono at 16 kHz."""
+    from .vae import VaeError
+
+    if sample_rate != SAMPLE_RATE or channels != 1:
+        raise VaeError(
+            f"AudioLDM's mel features take mono clips at {SAMPLE_RATE} Hz; this data has {channels} channel(s) at "
+            f"{sample_rate} Hz: convert with --sample-rate {SAMPLE_RATE} --channels 1"
+        )
+    frames = frames_for(num_samples)
+    described = {"kind": "log-mel (AudioLDM)", "sample_rate": SAMPLE_RATE, "clip_seconds": num_samples / SAMPLE_RATE,
+                 "frames": frames, "mels": N_MELS, "layout": "(1, frames, mels)"}  # fmt: skip
+    return (1, frames, N_MELS), described
+
+
 def audioldm_mel(wave: torch.Tensor, frames: int | None = None) -> torch.Tensor:
     """(..., T) wave at 16 kHz on any device -> (..., frames, N_MELS) float32 log-mel, AudioLDM's VAE input.
 
