@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataprep.paths import inside
+
 from .probe import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
 # the spread when no data-free run was repeated: repeated data-free runs of the H100 findings spread 0.8-0.9%
@@ -50,7 +52,7 @@ class Choice:
 def default_results_dir(data_dir: Path) -> Path:
     if os.environ.get("GPUFEED_BENCH_RESULTS"):
         return Path(os.environ["GPUFEED_BENCH_RESULTS"])
-    return Path(data_dir) / ".gpufeed-bench"
+    return inside(data_dir, ".gpufeed-bench", source=data_dir)  # a link out of the data directory is refused
 
 
 def _writable_dir(data_dir: Path, digest: str) -> Path:

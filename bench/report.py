@@ -10,6 +10,8 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from dataprep.paths import RESULTS, inside
+
 from .results import SCENARIO, finalize, flat, load_records
 from .scaling import scaling_section
 
@@ -118,7 +120,8 @@ def write_report(results_dir: Path) -> Path:
         scenarios[tuple(g[k] for k in SCENARIO)].append(g)
     for key, gs in scenarios.items():
         free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and _same(r, key, gs[0]["model"])]
-        png = plot_scenario(gs, free, results_dir / f"plot-{scenario_slug(gs[0])}.png")
+        run = f"{results_dir} (run {gs[0]['names'][0]})"  # the model and device in the plot's name come from it
+        png = plot_scenario(gs, free, inside(results_dir, f"plot-{scenario_slug(gs[0])}.png", source=run, **RESULTS))
         lines += [f"## {scenario_title(gs[0])}", ""]
         if free:
             rates = sorted(r["samples_per_s"] for r in free)

@@ -15,6 +15,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from dataprep.paths import RESULTS, inside
+
 INPUT_BOUND, HIGHLY = 0.05, 0.20
 NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
 # The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, any call
@@ -80,6 +82,7 @@ def load_records(results_dir: Path) -> list[dict]:
     report or `train --loader fastest`."""
     out = []
     for path in sorted(Path(results_dir).glob("*.json")):
+        inside(results_dir, path.name, source=results_dir, **RESULTS)  # a link out is refused, not skipped
         try:
             rec = json.loads(path.read_text())
             if isinstance(rec, dict) and "job" in rec:

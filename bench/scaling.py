@@ -12,6 +12,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from dataprep.paths import RESULTS, inside
+
 COMMON = ("digest", "device", "model", "precision", "compile")
 
 
@@ -54,7 +56,8 @@ def scaling_section(groups: list[dict], rows: list[dict], results_dir: Path) -> 
         title = f"{mode.capitalize()} scaling: {key['model']}, {what}, {key['device']}, {key['precision']}" + (
             ", compiled" if key["compile"] else ""
         )
-        png = plot_family(title, family, results_dir / f"plot-scaling-{mode}-{key['model']}-b{batch}.png")
+        name = f"plot-scaling-{mode}-{key['model']}-b{batch}.png"  # the model comes from the records
+        png = plot_family(title, family, inside(results_dir, name, source=results_dir, **RESULTS))
         lines += [f"## {title}", "", "samples/s over all ranks (speed-up over the fewest, share of N-fold):", ""]
         unit = "GPU" if key["device"] == "cuda" else "rank"
         lines += ["| loader | cores per rank | " + " | ".join(f"{n} {unit}{'s' * (n > 1)}" for n in counts) + " |"]

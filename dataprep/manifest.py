@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from .paths import OutsideError, inside
+
 NAME = "manifest.json"
 REQUIRED = ("kind", "sample_shape", "dtype", "count", "classes", "digest", "formats")
 
@@ -21,7 +23,10 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 
 def load_manifest(data_dir: Path | str) -> dict:
-    path = Path(data_dir) / NAME
+    try:
+        path = inside(data_dir, NAME, source=data_dir)  # a manifest.json linking out would be read from there
+    except OutsideError as e:
+        raise ManifestError(str(e)) from None
     if not path.is_file():
         raise ManifestError(f"{path}: missing; is {data_dir} a directory made by `dataprep convert`?")
     try:

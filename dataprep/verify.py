@@ -8,7 +8,8 @@ import numpy as np
 
 from .digest import SampleDigest, file_sha256
 from .formats import module
-from .manifest import load_manifest, require_verifiable
+from .manifest import NAME, load_manifest, require_verifiable
+from .paths import OutsideError, all_inside
 
 
 def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
@@ -62,6 +63,8 @@ def verify(data_dir: Path | str) -> list[str]:
     manifest = load_manifest(data_dir)
     require_verifiable(manifest, data_dir / "manifest.json")
     expected = manifest["digest"]
+    for info in manifest["formats"].values():  # before any file is opened: a path leading out stops it all
+        all_inside(data_dir, (f["path"] for f in info["files"]), source=data_dir / NAME)
     problems, digests = [], {}
     for name, info in manifest["formats"].items():
         problem = _check_files(data_dir, name, info["files"])
@@ -69,6 +72,8 @@ def verify(data_dir: Path | str) -> list[str]:
             problems.append(problem)
         try:
             digests[name] = _digest(data_dir, manifest, name)
+        except OutsideError:  # a name the format's reader found (an index row): refused, not a damaged file
+            raise
         except Exception as e:  # a damaged file can break a reader anywhere; report it, go on with the rest
             problems.append(f"{name}: cannot read back ({type(e).__name__}: {e})")
     good = [n for n, d in digests.items() if d["total"] == expected["total"]]

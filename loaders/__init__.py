@@ -25,6 +25,7 @@ class LoaderError(ValueError):
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
     from dataprep.manifest import ManifestError, load_manifest
+    from dataprep.paths import OutsideError
 
     from .base import LoaderOptions
     from .integrity import check_format, fix
@@ -48,6 +49,8 @@ def build_loader(name: str, data_dir: str | Path, **options):
         check_format(data_dir, manifest, fmt)  # cheap: sizes and headers, no hashing
         cls = getattr(importlib.import_module(module_name), cls_name)
         return cls(Path(data_dir), manifest, LoaderOptions(**options))
+    except OutsideError as e:  # the message names the entry, where it was found and what to do
+        raise LoaderError(str(e)) from None
     except ImportError as e:
         missing = (e.name or "").split(".")[0]
         extra = EXTRAS.get(missing)

@@ -39,14 +39,14 @@ class FfcvLoader(Loader):
         from ffcv.loader import Loader as FfLoader
         from ffcv.loader import OrderOption
 
-        from dataprep.formats.ffcv import FILENAME
+        from dataprep.formats.ffcv import data_file
 
         o = self.opts
         # SEQUENTIAL traversal returns the indices we give it as they are: our shuffled shard order, exactly
         indices = shard_indices(self.manifest["count"], o, self.epoch).astype(np.uint64)
         if self._loader is None:  # built once: FFCV compiles its pipeline per Loader, which takes seconds
             self._loader = FfLoader(
-                str(self.data_dir / FILENAME), batch_size=o.batch_size, num_workers=max(1, o.workers),
+                str(data_file(self.data_dir)), batch_size=o.batch_size, num_workers=max(1, o.workers),
                 order=OrderOption.SEQUENTIAL, indices=indices, drop_last=o.drop_last,
                 pipelines=self._pipelines(), batches_ahead=max(1, o.prefetch),
             )  # fmt: skip

@@ -50,10 +50,10 @@ class BatchReader(torch.utils.data.Dataset):
 
 class Hdf5Loader(Loader):
     def __init__(self, data_dir, manifest, opts) -> None:
-        from dataprep.formats.hdf5 import FILENAME
+        from dataprep.formats.hdf5 import data_file
 
         super().__init__(data_dir, manifest, opts)
-        self.reader = BatchReader(self.data_dir / FILENAME)
+        self.reader = BatchReader(data_file(self.data_dir))
         self._loader = None
 
     def _batches(self) -> list[list[int]]:

@@ -64,7 +64,9 @@ class TorchFilesLoader(Loader):
         super().__init__(data_dir, manifest, opts)
         if self.kind == "audio":
             import soundfile  # noqa: F401  (fail here, where build_loader names the extra, not in a worker)
-        self.dataset = FilesDataset(self.data_dir / DIRNAME, read_index(data_dir), self.kind, opts.seed, opts.augment)
+        listed = {f["path"] for f in manifest["formats"]["files"]["files"]}  # checked by build_loader
+        rows = read_index(data_dir, checked=listed)
+        self.dataset = FilesDataset(self.data_dir / DIRNAME, rows, self.kind, opts.seed, opts.augment)
 
     def __iter__(self) -> Iterator[Batch]:
         o = self.opts

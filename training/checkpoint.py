@@ -17,7 +17,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.paths import OutsideError, inside
+
 CKPT_NAME = "ckpt.pt"
+RUN_FIX = "restore a good copy or start a new --out"
 FORMAT = "gpufeed-train-ckpt-1"  # bump when the layout changes; older files then fail with a clear message
 # resuming with a different value is refused: it would not take effect, or not cleanly
 MUST_MATCH = {
@@ -73,6 +76,10 @@ def save_checkpoint(path: Path, state: dict) -> None:
 def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> dict:
     """Read and validate a checkpoint; any problem is a CheckpointError saying what is wrong and what to do."""
     path = Path(path)
+    try:  # a run directory can be copied too: a ckpt.pt linking elsewhere would load someone else's file
+        inside(path.parent, path.name, source=path.parent, what="run directory", fix=RUN_FIX)
+    except OutsideError as e:
+        raise CheckpointError(str(e)) from None
     if not path.is_file():
         raise CheckpointError(f"{path}: no checkpoint to resume from; run without --resume to start a new run")
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from dataprep.paths import OutsideError, inside
 from loaders.base import HOP, N_MELS
 
 from .config import TrainConfig
@@ -27,7 +28,10 @@ KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "di
 
 
 def read_manifest(data: Path) -> dict:
-    path = Path(data) / "manifest.json"
+    try:
+        path = inside(data, "manifest.json", source=data)  # one linking elsewhere would be read from there
+    except OutsideError as e:
+        raise DataError(str(e)) from None
     if not path.is_file():
         raise DataError(f"{path}: not found; --data must be a directory written by `dataprep convert`")
     try:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from dataprep.paths import RESULTS, inside
+
 
 def find_watches(results_dir: Path) -> list[tuple[str, dict]]:
     """(name, watch.json) for DIR/watch.json, DIR/*/watch.json and DIR/*/*/watch.json, by name."""
     out = []
     for pattern in ("watch.json", "*/watch.json", "*/*/watch.json"):
         for path in sorted(Path(results_dir).glob(pattern)):
+            inside(results_dir, path.relative_to(results_dir).as_posix(), source=results_dir, **RESULTS)
             try:
                 rec = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -59,7 +62,7 @@ def watch_section(results_dir: Path) -> list[str]:
     lines = ["## Watched programs (`bench watch`)", "", "Commands:", ""]
     lines += [f"    {name}: {' '.join(w['command'])}" for name, w in watches]
     lines += ["", HEADER, *[_row(name, w) for name, w in watches], ""]
-    png = plot_watches(watches, Path(results_dir) / "plot-watch.png")
+    png = plot_watches(watches, inside(results_dir, "plot-watch.png", source=results_dir, **RESULTS))
     return lines + [f"![watched programs]({png.name})", ""]
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import all_inside, inside
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -117,8 +118,12 @@ class DaliWriter(FormatWriter):
 
 
 def shard_paths(data_dir: Path) -> tuple[list[str], list[str]]:
-    tars = sorted((Path(data_dir) / DIRNAME).glob("shard-*.tar"))
-    return [str(p) for p in tars], [str(p.with_suffix(".idx")) for p in tars]
+    """The shards and their index files, each checked to stay inside `data_dir` before any is opened."""
+    folder = inside(data_dir, DIRNAME, source=data_dir)  # listed only once it is known not to lead out
+    tars = sorted(folder.glob("shard-*.tar"))
+    idx = [p.with_suffix(".idx") for p in tars]
+    all_inside(data_dir, [p.name for p in tars + idx], source=folder, under=DIRNAME)
+    return [str(p) for p in tars], [str(p) for p in idx]
 
 
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..parallel import die_with_parent, exit_when_gone
+from ..paths import inside
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -266,6 +267,11 @@ class FfcvWriter(FormatWriter):
         self._helper.close()
 
 
+def data_file(data_dir: Path) -> Path:
+    """DIR/data.beton, once it is known not to lead out of DIR (a symbolic link): what every reader opens."""
+    return inside(data_dir, FILENAME, source=data_dir)
+
+
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
     """Reads back through FFCV's own Loader (sequential order, no augmentation), as training will."""
     from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
@@ -277,7 +283,7 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                 "label": IntDecoder()}  # fmt: skip
     decoders["length"] = IntDecoder()
     loader = Loader(
-        str(Path(data_dir) / FILENAME), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
+        str(data_file(data_dir)), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
         drop_last=False, pipelines={n: [decoders[n]] for n in names},
     )  # fmt: skip
     for batch in loader:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import inside
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -62,10 +63,15 @@ class Hdf5Writer(FormatWriter):
         self.f.close()
 
 
+def data_file(data_dir: Path) -> Path:
+    """DIR/data.h5, once it is known not to lead out of DIR (a symbolic link): what every reader opens."""
+    return inside(data_dir, FILENAME, source=data_dir)
+
+
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
     import h5py
 
-    with h5py.File(Path(data_dir) / FILENAME, "r") as f:
+    with h5py.File(data_file(data_dir), "r") as f:
         n = f["y"].shape[0]
         for start in range(0, n, chunk_size):
             end = min(n, start + chunk_size)
