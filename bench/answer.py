@@ -14,8 +14,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from .records.results import SCENARIO, flat, load_records
 from .report import scenario_slug, scenario_title
-from .results import SCENARIO, flat, load_records
 
 
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:

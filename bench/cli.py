@@ -210,8 +210,8 @@ def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
     import json
 
     from .answer import summarize, write_summary
+    from .records.results import finalize
     from .report import write_report
-    from .results import finalize
 
     try:
         write_report(results_dir)

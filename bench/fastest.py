@@ -75,10 +75,10 @@ def scenario_rows(
     compile: bool,
     nproc: int = 1,
 ) -> list[dict]:
-    """Flat rows (bench.results.flat) of every grid in the directory, loader and data-free runs, for this setting on
-    this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
-    from .env import hardware
-    from .results import flat, load_records
+    """Flat rows (bench.records.results.flat) of every grid in the directory, loader and data-free runs, for this
+    setting on this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
+    from .records.env import hardware
+    from .records.results import flat, load_records
 
     here = hardware(device)  # as each result recorded where it ran
     cuda, gpu, cores = device.startswith("cuda"), here.get("gpu"), here["cpus_allowed"]
@@ -102,8 +102,8 @@ def scenario_rows(
 
 
 def latest_groups(rows: list[dict]) -> list[dict]:
-    """Grouped configurations (bench.results.group) of the latest grid that has any."""
-    from .results import group
+    """Grouped configurations (bench.records.results.group) of the latest grid that has any."""
+    from .records.results import group
 
     groups = group(rows)
     latest = max((g["grid_id"] for g in groups), default=None)

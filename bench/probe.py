@@ -293,9 +293,9 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
     from training.config import TrainConfig
     from training.loop import main
 
-    from .env import hardware
     from .monitor import ResourceMonitor
     from .probe_records import job_of, write_records
+    from .records.env import hardware
     from .run_one import build
 
     cfg = cfg or ProbeConfig.for_device(key["device"])

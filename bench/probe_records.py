@@ -23,9 +23,8 @@ def job_of(data: Path, key: dict, grid: str, **kind):
 
 def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path) -> dict:
     """One bench record per window (data-free r0 and r1, each confirmed candidate), the summary, then finalize."""
-    from .env import run_record
-    from .results import finalize
-    from .run_one import write_json_atomic
+    from .records.env import run_record, write_json_atomic
+    from .records.results import finalize
 
     out.mkdir(parents=True, exist_ok=True)
     run = run_record(probe.key["device"]) | {"command": "train --loader fastest (in-process probe)"}

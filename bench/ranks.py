@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .job import Job
+from .records.env import write_json_atomic
 
 RANKS_DIR = ".ranks"  # hidden: load_records reads RESULTS/*.json only, and a rank's record is not a result
 SUMMED = ("cpu_cores", "peak_mem_mib")  # host costs: every rank's process tree is its own
@@ -44,8 +45,6 @@ def rank_cores(allowed: list[int], cpus: int, rank: int) -> list[int]:
 def merge(job: Job, out: Path) -> None:
     """Write the configuration's record from its ranks' records (or an error naming the ranks that failed); the
     ranks' records are removed. Nothing is written when no rank wrote anything (the grid then says how it ended)."""
-    from .run_one import write_json_atomic
-
     paths = [rank_path(out, r) for r in range(job.nproc)]
     recs = [json.loads(p.read_text()) if p.exists() else None for p in paths]
     clean(job, out)

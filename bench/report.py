@@ -10,7 +10,7 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .results import SCENARIO, finalize, flat, load_records
+from .records.results import SCENARIO, finalize, flat, load_records
 from .scaling import scaling_section
 
 STYLE = {True: "-", False: "--", None: "-"}  # pin_memory on / off / not a knob of this backend

@@ -21,6 +21,7 @@ import psutil
 
 from .job import Job
 from .ranks import local_rank, rank_cores, rank_path
+from .records.env import write_json_atomic
 
 
 def pin_cpus(n: int, rank: int = 0) -> list[int]:
@@ -136,8 +137,8 @@ def measure(job: Job, trace_path: Path) -> dict:
     from training.starvation import latest_timer
 
     from .crosscheck import ProfiledLoader
-    from .env import hardware
     from .monitor import ResourceMonitor
+    from .records.env import hardware
 
     cuda = job.device.startswith("cuda")
     with ResourceMonitor(gpu_uuid=hardware(job.device).get("gpu_uuid")) as monitor:  # the GPU the record names
@@ -180,7 +181,7 @@ def crosscheck(trace: Path, timer, warmup: int) -> dict:
 def record(job: Job, out: Path) -> dict:
     from dataprep.manifest import load_manifest
 
-    from .env import run_record
+    from .records.env import run_record
 
     manifest = load_manifest(job.data)
     rec = {"name": job.name, "job": job.to_dict()}
@@ -212,12 +213,6 @@ def compile_cache() -> dict:
         "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
         "autograd_cache": bool(getattr(functorch, "enable_autograd_cache", False)),
     }
-
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

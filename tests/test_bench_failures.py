@@ -19,8 +19,8 @@ import pytest
 from test_bench_fastest import write
 
 from bench.grid import GridConfig, run_grid
+from bench.records.results import ResultWarning, load_records
 from bench.report import write_report
-from bench.results import ResultWarning, load_records
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -198,7 +198,7 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
     from click.testing import CliRunner
 
     from bench.cli import cli
-    from bench.results import load_records
+    from bench.records.results import load_records
 
     out = tmp_path / "results"
     args = ["loaders", "--data", str(image_data), "--backends", "hdf5,gpu", "--workers", "0", "--pin-memory", "on",

@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..env import run_record
 from ..monitor import ResourceMonitor
+from ..records.env import run_record
 
 
 def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str]) -> dict:

@@ -11,8 +11,8 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
+from ..records.results import attach_data_free, flat, group, load_records
 from ..report import COLORS
-from ..results import attach_data_free, flat, group, load_records
 
 
 def draw(results: Path, out: Path) -> Path:

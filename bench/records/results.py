@@ -15,6 +15,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from .env import write_json_atomic
+
 INPUT_BOUND, HIGHLY = 0.05, 0.20
 NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
 # The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, any call
@@ -270,8 +272,6 @@ def gpu_uuid(rec: dict) -> str | None:
 def finalize(results_dir: Path) -> list[dict]:
     """Attach data-free ratios and verdicts to every JSON (rewritten atomically), write results.csv; return the
     grouped configurations."""
-    from .run_one import write_json_atomic
-
     records = load_records(results_dir)
     attach_data_free(records)
     rows = [flat(r) for r in records]
