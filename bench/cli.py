@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .job import BACKEND_NAMES, MODEL_CHOICES
+from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 from .soak import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
 PINS = {"on": True, "off": False}
@@ -133,8 +133,8 @@ def loaders(
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
     from .fastest import default_results_dir
-    from .grid import GridConfig, run_grid
-    from .job import preset_for
+    from .grid.job import preset_for
+    from .grid.runner import GridConfig, run_grid
 
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")

@@ -53,7 +53,7 @@ class ProbeConfig:
     workers_cuda: tuple[int, ...] = (1, 4, 8)  # FFCV and DALI feed an H100 from 1 thread; files need 4 or more
     workers_cpu: tuple[int, ...] = (0, 2)  # a CPU device trains on the same cores the workers would use
     # a candidate that keeps up while keeping fewer cores than this busy at the model's rate ends the ceilings: no
-    # other could save more (backends are tried in the order of bench.job.LOADER_IMG_S, least host work first)
+    # other could save more (backends are tried in the order of bench.grid.job.LOADER_IMG_S, least host work first)
     enough_cores: float = 0.05
 
     @classmethod
@@ -89,7 +89,7 @@ def candidates(formats: dict, device: str, cores: int, cfg: ProbeConfig) -> list
     configurations, fewest workers first."""
     from loaders import NEEDS_FORMAT
 
-    from .job import LOADER_IMG_S, collapse
+    from .grid.job import LOADER_IMG_S, collapse
 
     counts = cfg.workers_cuda if device.startswith("cuda") else cfg.workers_cpu
     out = []
@@ -293,10 +293,10 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
     from training.config import TrainConfig
     from training.loop import main
 
-    from .monitor import ResourceMonitor
+    from .grid.monitor import ResourceMonitor
+    from .grid.run_one import build
     from .probe_records import job_of, write_records
     from .records.env import hardware
-    from .run_one import build
 
     cfg = cfg or ProbeConfig.for_device(key["device"])
     grid = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def job_of(data: Path, key: dict, grid: str, **kind):
-    from .job import Job
+    from .grid.job import Job
 
     fixed = dict(batch_size=key["batch_size"], model=key["model"], device=key["device"], compile=key["compile"],
                  precision=key["precision"], cpus=None, grid_id=grid, data=str(data))  # fmt: skip

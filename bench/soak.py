@@ -25,7 +25,7 @@ from pathlib import Path
 import click
 import psutil
 
-from .monitor import _pss
+from .grid.monitor import pss
 
 FLAT_FRACTION = 0.05  # memory may settle a little after warm-up (allocator caches, page cache of the data)
 FLAT_MIB = 64.0  # ...or by this much, whichever is larger: one pinned staging buffer more is not a leak
@@ -81,7 +81,7 @@ def sample(tree: Tree, t0: float, nvml) -> dict:
         try:
             with p.oneshot():
                 rec["rss_mib"] += p.memory_info().rss / 2**20
-                rec["pss_mib"] += _pss(p) / 2**20
+                rec["pss_mib"] += pss(p) / 2**20
                 rec["fds"] += p.num_fds()
                 rec["threads"] += p.num_threads()
         except psutil.Error:  # exited between listing and reading

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.job import preset_for
+from bench.grid.job import preset_for
 from bench.report import header
 
 

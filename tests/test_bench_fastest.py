@@ -11,7 +11,7 @@ import pytest
 
 import bench.probe as probe
 from bench.fastest import choose, latest_groups, measured_spread, pick
-from bench.job import Job
+from bench.grid.job import Job
 from bench.records.results import finalize, flat, load_records
 
 DIGEST = "ab" * 32
@@ -47,8 +47,8 @@ def write(
     compile: bool = False,
     kind: str = "loader",
 ) -> None:
-    """A result JSON as bench.run_one writes it, with just the fields the choice reads (bench.records.results.finalize
-    adds the data-free ratios, as after a grid)."""
+    """A result JSON as bench.grid.run_one writes it, with just the fields the choice reads
+    (bench.records.results.finalize adds the data-free ratios, as after a grid)."""
     job = Job(
         kind=kind,
         data="d",

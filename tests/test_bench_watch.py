@@ -191,7 +191,7 @@ PROFILED = r"""
 import json, sys, time
 from pathlib import Path
 import torch
-from bench.crosscheck import ProfiledLoader, load_trace, trace_starvation
+from bench.grid.crosscheck import ProfiledLoader, load_trace, trace_starvation
 
 WAIT, KERNEL_MS, BATCHES, PROFILE_FROM = 0.025, 12.0, 60, 20
 out = Path(sys.argv[1])
@@ -221,7 +221,8 @@ trace = profiled.finish()
 @pytest.mark.gpu
 def test_gpu_watch_agrees_with_a_profiler_trace(tmp_path):
     """A GPU program whose 25 ms loader outlasts its 12 ms kernel step, profiled from fetch 20 to its end: bench watch's
-    starvation is within 3 points of the idle share between steps in the trace (bench.crosscheck), over the same steps.
+    starvation is within 3 points of the idle share between steps in the trace (bench.grid.crosscheck), over the same
+    steps.
 
     The trace's figure covers the gaps before profiled steps 1..38 (fetches 21..58) and spans the end of the step
     after fetch 20 to the end of the one after fetch 58; bench watch with --warmup 21 covers requests 21..58 and

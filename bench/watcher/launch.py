@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..monitor import ResourceMonitor, _read_nvml
+from ..grid.monitor import ResourceMonitor, read_nvml
 from .merge import loaders_seen, merge, read_ranks
 from .state import ENV, Settings
 
@@ -52,7 +52,7 @@ class GpuSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), {u: _read_nvml(h) for u, h in self._handles.items()}))
+            self.samples.append((time.perf_counter(), {u: read_nvml(h) for u, h in self._handles.items()}))
             self._stop.wait(self.interval)
 
     def figures(self, t0: float, t1: float, uuids: list[str]) -> dict:

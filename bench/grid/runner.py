@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..records.env import write_json_atomic
 from .job import BACKEND_NAMES, Job, estimate_s, expand
-from .records.env import write_json_atomic
 
 
 @dataclass(kw_only=True)
@@ -110,7 +110,7 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
     killed (the kernel's out-of-memory killer sends SIGKILL) or outlives `timeout_s` is recorded as failed."""
     from . import ranks
 
-    cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
+    cmd = [sys.executable, "-m", "bench.grid.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
     cmd = ranks.command(job, path) if job.nproc > 1 else cmd
     path.unlink(missing_ok=True)  # an earlier grid's result must not pass for this run's if the child dies silently
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -186,7 +186,7 @@ def set_aside_foreign_data_free(
     each batch size with loader runs still to do whose finished data-free runs all ran elsewhere, the first of those
     is renamed after its GPU (kept, and still reported) and runs again here. `gpu_uuid()` says which GPU this is
     (None: no GPU); it is asked only when there is such a choice. Returns the jobs still finished."""
-    from .records.results import gpu_uuid as gpu_of
+    from ..records.results import gpu_uuid as gpu_of
 
     todo_bs = {j.batch_size for j in jobs if j.kind == "loader" and j not in done}
     candidates = {bs for bs in todo_bs if any(j.kind == "data_free" and j.batch_size == bs for j in done)}
@@ -216,7 +216,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     also after Ctrl-C, which is re-raised as KeyboardInterrupt once the finished results are safe."""
     from tqdm import tqdm
 
-    from .records.results import finalize
+    from ..records.results import finalize
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     jobs = cfg.jobs()
