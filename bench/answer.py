@@ -20,7 +20,7 @@ from .report import scenario_slug, scenario_title
 
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
     """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
-    from .fastest import pick
+    from .fastest.choice import pick
 
     results_dir = Path(results_dir)
     rows = [flat(r) for r in load_records(results_dir)]

@@ -132,7 +132,7 @@ def loaders(
 ) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
-    from .fastest import default_results_dir
+    from .fastest.choice import default_results_dir
     from .grid.job import preset_for
     from .grid.runner import GridConfig, run_grid
 
@@ -320,7 +320,7 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
 
     from loaders import LoaderError
 
-    from .fastest import choose
+    from .fastest.choice import choose
 
     device = _device(device)
     try:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import bench.probe as probe
-from bench.fastest import choose, latest_groups, measured_spread, pick
+import bench.fastest.probe as probe
+from bench.fastest.choice import choose, latest_groups, measured_spread, pick
 from bench.grid.job import Job
 from bench.records.results import finalize, flat, load_records
 
