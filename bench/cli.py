@@ -209,9 +209,9 @@ def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
     """Report, then the answer in a few lines (or, with --json, the full summary) of a finished grid."""
     import json
 
-    from .answer import summarize, write_summary
     from .records.results import finalize
-    from .report import write_report
+    from .report.answer import summarize, write_summary
+    from .report.tables import write_report
 
     try:
         write_report(results_dir)
@@ -239,7 +239,7 @@ def _device(device: str | None) -> str:
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report(results_dir: Path) -> None:
     """Write results.md, results.csv and plot-*.png in RESULTS_DIR from its bench JSONs."""
-    from .report import write_report
+    from .report.tables import write_report
 
     try:
         click.echo(f"wrote {write_report(results_dir)}")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from bench.cli import cli
 from bench.grid.job import preset_for
-from bench.report import header
+from bench.report.tables import header
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from test_bench_fastest import write
 
 from bench.grid.runner import GridConfig, run_grid
 from bench.records.results import ResultWarning, load_records
-from bench.report import write_report
+from bench.report.tables import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 

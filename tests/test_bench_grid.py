@@ -16,7 +16,7 @@ import pytest
 
 from bench.grid.job import BACKEND_NAMES, MODEL_CHOICES, collapse, estimate_s, expand
 from bench.grid.runner import GridConfig, finished, run_grid
-from bench.report import write_report
+from bench.report.tables import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 

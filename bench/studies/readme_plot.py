@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..records.results import attach_data_free, flat, group, load_records
-from ..report import COLORS
+from ..report.plots import COLORS
 
 
 def draw(results: Path, out: Path) -> Path:
