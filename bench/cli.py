@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from .grid.job import BACKEND_NAMES, MODEL_CHOICES
-from .soak import soak_cmd  # light: click and psutil; matplotlib only when plotting
+from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
 PINS = {"on": True, "off": False}
 
