@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import LoaderError
+from .errors import LoaderError
 
 RAW = 1  # FFCV's IMAGE_MODES["raw"]: dataprep writes decoded pixels, never JPEG
 
