@@ -17,8 +17,7 @@ from ..grid.monitor import ResourceMonitor, read_nvml
 from .merge import loaders_seen, merge, read_ranks
 from .state import ENV, Settings
 
-BOOT = Path(__file__).resolve().parent / "boot"  # holds sitecustomize.py
-ROOT = Path(__file__).resolve().parents[2]  # the directory holding the bench package
+BOOT = Path(__file__).resolve().parent / "boot"  # holds sitecustomize.py, which loads the hooks from beside it
 
 
 class GpuSampler:
@@ -70,7 +69,7 @@ class GpuSampler:
 
 
 def program_env(settings: Settings) -> dict[str, str]:
-    path = [str(BOOT), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = [str(BOOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return os.environ | {ENV: json.dumps(asdict(settings)), "PYTHONPATH": os.pathsep.join(path)}
 
 
