@@ -49,7 +49,7 @@ demo: setup
 	$(VENV)/bin/train --data $(DEMO)/images --loader fastest --device $(DEVICE) $(TRAIN_OPTS) --warmup 5 \
 		--no-progress --out $(DEMO)/train
 	@echo
-	@$(PY) -m bench.demo $(BENCH_DIR) $(DEMO)/train
+	@$(PY) -m bench.report.demo $(BENCH_DIR) $(DEMO)/train
 
 test: setup
 	$(PY) -m pytest -q

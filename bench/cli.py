@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from .job import BACKEND_NAMES, MODEL_CHOICES
-from .soak import soak_cmd  # light: click and psutil; matplotlib only when plotting
+from .grid.job import BACKEND_NAMES, MODEL_CHOICES
+from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
 PINS = {"on": True, "off": False}
 
@@ -132,9 +132,9 @@ def loaders(
 ) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
-    from .fastest import default_results_dir
-    from .grid import GridConfig, run_grid
-    from .job import preset_for
+    from .fastest.choice import default_results_dir
+    from .grid.job import preset_for
+    from .grid.runner import GridConfig, run_grid
 
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
@@ -209,9 +209,9 @@ def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
     """Report, then the answer in a few lines (or, with --json, the full summary) of a finished grid."""
     import json
 
-    from .answer import summarize, write_summary
-    from .report import write_report
-    from .results import finalize
+    from .records.results import finalize
+    from .report.answer import summarize, write_summary
+    from .report.tables import write_report
 
     try:
         write_report(results_dir)
@@ -239,7 +239,7 @@ def _device(device: str | None) -> str:
 @click.argument("results_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def report(results_dir: Path) -> None:
     """Write results.md, results.csv and plot-*.png in RESULTS_DIR from its bench JSONs."""
-    from .report import write_report
+    from .report.tables import write_report
 
     try:
         click.echo(f"wrote {write_report(results_dir)}")
@@ -320,7 +320,7 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
 
     from loaders import LoaderError
 
-    from .fastest import choose
+    from .fastest.choice import choose
 
     device = _device(device)
     try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from .errors import LoaderError
+
 BACKENDS = {
     "torch": "loaders.torch_files:TorchFilesLoader",
     "hdf5": "loaders.hdf5_backend:Hdf5Loader",
@@ -16,10 +18,6 @@ BACKENDS = {
 # the pip extra that provides each optional library (top-level module name), and the format each backend reads
 EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio", "soxr": "audio"}
 NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5"}
-
-
-class LoaderError(ValueError):
-    """A loader cannot be built as asked; the message says what to do."""
 
 
 def build_loader(name: str, data_dir: str | Path, **options):

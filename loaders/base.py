@@ -57,7 +57,7 @@ class LoaderOptions:
         ]
         for ok, message in checks:
             if not ok:
-                from . import LoaderError  # defined beside build_loader, which callers catch it around
+                from .errors import LoaderError
 
                 raise LoaderError(message)
 
@@ -178,7 +178,7 @@ def worker_errors(backend: str, data_dir: Path) -> Iterator[None]:
         message = worker_failure(e, backend, data_dir)
         if message is None:
             raise
-        from . import LoaderError
+        from .errors import LoaderError
 
         raise LoaderError(message) from None
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from dataprep.paths import OutsideError, all_inside, inside
 
-from . import LoaderError
+from .errors import LoaderError
 
 RAW = 1  # FFCV's IMAGE_MODES["raw"]: dataprep writes decoded pixels, never JPEG
 

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.job import preset_for
-from bench.report import header
+from bench.grid.job import preset_for
+from bench.report.tables import header
 
 
 @pytest.fixture(scope="module")

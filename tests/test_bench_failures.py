@@ -18,9 +18,9 @@ import psutil
 import pytest
 from test_bench_fastest import write
 
-from bench.grid import GridConfig, run_grid
-from bench.report import write_report
-from bench.results import ResultWarning, load_records
+from bench.grid.runner import GridConfig, run_grid
+from bench.records.results import ResultWarning, load_records
+from bench.report.tables import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def interfere(out: Path, actions: dict[str, signal.Signals], stop: threading.Eve
     while not stop.is_set() and len(done) < len(actions):
         for p in psutil.process_iter(["cmdline"]):
             cmd = " ".join(p.info["cmdline"] or [])
-            if "bench.run_one" not in cmd or str(out) not in cmd:
+            if "bench.grid.run_one" not in cmd or str(out) not in cmd:
                 continue
             job = json.loads(p.info["cmdline"][p.info["cmdline"].index("--job") + 1])
             backend = job["backend"]
@@ -93,7 +93,7 @@ def test_a_configuration_out_of_memory_is_recorded_and_the_grid_goes_on(image_da
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
         from pathlib import Path
-        from bench.grid import GridConfig, run_grid
+        from bench.grid.runner import GridConfig, run_grid
         cfg = GridConfig(data=Path({str(image_data)!r}), out=Path({str(out)!r}), backends=("hdf5",), workers=(0,),
                          pin_memory=(False,), batch_sizes=(1024, 32), model="tiny", steps=2, warmup=0, device="cpu",
                          precision="fp32", progress=False)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import bench.probe as probe
-from bench.fastest import choose, latest_groups, measured_spread, pick
-from bench.job import Job
-from bench.results import finalize, flat, load_records
+import bench.fastest.probe as probe
+from bench.fastest.choice import choose, latest_groups, measured_spread, pick
+from bench.grid.job import Job
+from bench.records.results import finalize, flat, load_records
 
 DIGEST = "ab" * 32
 
@@ -47,8 +47,8 @@ def write(
     compile: bool = False,
     kind: str = "loader",
 ) -> None:
-    """A result JSON as bench.run_one writes it, with just the fields the choice reads (bench.results.finalize adds
-    the data-free ratios, as after a grid)."""
+    """A result JSON as bench.grid.run_one writes it, with just the fields the choice reads
+    (bench.records.results.finalize adds the data-free ratios, as after a grid)."""
     job = Job(
         kind=kind,
         data="d",
@@ -260,7 +260,7 @@ def test_train_loader_fastest_uses_the_choice(small_data, tmp_path, monkeypatch)
 def test_data_free_rate_pairs_runs_of_the_same_gpu():
     """A grid resumed on another machine: each loader run is set against the data-free runs of its own GPU, and
     against all of them only where its GPU measured none. Runs of the same name on two machines both count."""
-    from bench.results import attach_data_free
+    from bench.records.results import attach_data_free
 
     def rec(kind: str, rate: float, uuid: str | None) -> dict:
         job = Job(kind=kind, data="d", backend="gpu" if kind == "loader" else None, workers=None, pin_memory=None,
@@ -282,7 +282,7 @@ def test_verdict_names_a_host_that_falls_behind():
     """A run that is 92% of the data-free rate at 2.5% starvation, the host behind on every step (pin_memory off in
     finding 1): the verdict must say where the rest went; a fed run at 0% behind must not, nor a run whose starvation
     accounts for its shortfall."""
-    from bench.results import verdict
+    from bench.records.results import verdict
 
     g = dict(model="tiny", device="cuda", starvation=0.025, vs_data_free=0.92, host_behind=1.0, samples_per_s=4600.0)
     assert "host fell behind the GPU on 100% of the steps (a synchronising copy" in verdict(g, [])
@@ -298,7 +298,7 @@ def test_verdict_names_a_host_that_falls_behind():
 def test_a_knob_helps_only_beyond_the_run_to_run_spread():
     """Finding 2: gpu 11,751-15,303 samples/s against hdf5 14,412-14,460; the medians differ by 7%, the repeats
     overlap: no knob is named. Against ranges that do not overlap it is."""
-    from bench.results import verdict
+    from bench.records.results import verdict
 
     def cfg(backend: str, lo: float, hi: float) -> dict:
         rates = dict(samples_per_s=(lo + hi) / 2, samples_per_s_min=lo, samples_per_s_max=hi)

@@ -14,9 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.grid import GridConfig, finished, run_grid
-from bench.job import BACKEND_NAMES, MODEL_CHOICES, collapse, estimate_s, expand
-from bench.report import write_report
+from bench.grid.job import BACKEND_NAMES, MODEL_CHOICES, collapse, estimate_s, expand
+from bench.grid.runner import GridConfig, finished, run_grid
+from bench.report.tables import write_report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -126,7 +126,7 @@ def _run_one_children(out: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "bench.run_one" in cmd and str(out) in cmd:
+        if "bench.grid.run_one" in cmd and str(out) in cmd:
             found.append(p)
     return found
 
@@ -198,7 +198,7 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
     from click.testing import CliRunner
 
     from bench.cli import cli
-    from bench.results import load_records
+    from bench.records.results import load_records
 
     out = tmp_path / "results"
     args = ["loaders", "--data", str(image_data), "--backends", "hdf5,gpu", "--workers", "0", "--pin-memory", "on",
@@ -217,7 +217,7 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
 def test_a_grid_resumed_on_another_gpu_measures_its_own_data_free_rate(tmp_path):
     """Ratios pair runs of one GPU: resumed elsewhere, the first data-free run is kept under its GPU's name and runs
     again; on its own GPU, or with no loader run left, nothing moves."""
-    from bench.grid import set_aside_foreign_data_free
+    from bench.grid.runner import set_aside_foreign_data_free
 
     cfg = GridConfig(data=tmp_path, out=tmp_path, backends=("hdf5",), workers=(0,), pin_memory=(True,),
                      model="tiny", repeats=2, device="cuda")  # fmt: skip
@@ -247,7 +247,7 @@ def test_a_child_that_dies_silently_is_not_taken_for_an_earlier_result(image_dat
     the training job's process group)."""
     import os
 
-    from bench.grid import child_env, run_job
+    from bench.grid.runner import child_env, run_job
 
     job = expand(data=image_data, backends=("hdf5",), workers=(0,), pin_memory=(False,), batch_sizes=(32,),
                  model="none", steps=3, warmup=1, device="cpu", cpus=None, compile=False, repeats=1)[0]  # fmt: skip
@@ -266,8 +266,8 @@ def test_a_child_that_dies_silently_is_not_taken_for_an_earlier_result(image_dat
 @pytest.mark.gpu
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_cuda_grid_runs_in_fresh_processes(image_data, tmp_path, device):
-    """What a GPU run of `bench loaders` does: each configuration in its own `bench.run_one` process, timed with CUDA
-    events, its GPU named by uuid and sampled through NVML. (Every GPU run once failed in the child, unseen by the
+    """What a GPU run of `bench loaders` does: each configuration in its own `bench.grid.run_one` process, timed with
+    CUDA events, its GPU named by uuid and sampled through NVML. (Every GPU run once failed in the child, unseen by the
     in-process GPU tests: `set_device("cuda")` has no index.)"""
     out = tmp_path / "results"
     cfg = GridConfig(data=image_data, out=out, backends=("gpu",), workers=(0,), pin_memory=(True,), batch_sizes=(32,),

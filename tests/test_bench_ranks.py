@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.job import expand
+from bench.grid.job import expand
 
 
 @pytest.fixture(scope="module")
@@ -60,15 +60,15 @@ def test_two_ranks_on_a_core_each_merge_into_one_record(data, tmp_path):
 def test_a_failing_rank_fails_the_configuration(data, tmp_path):
     """Cores asked for beyond those allowed: rank 1 cannot be pinned and exits, torchrun stops rank 0, and the
     configuration is recorded as failed, with no rank's partial record left behind."""
-    from bench.grid import child_env, run_job
-    from bench.job import Job
+    from bench.grid.job import Job
+    from bench.grid.runner import child_env, run_job
 
     allowed = len(os.sched_getaffinity(0))
     job = Job(kind="loader", data=str(data), backend="hdf5", workers=0, pin_memory=None, batch_size=16, model="none",
               steps=2, warmup=1, device="cpu", cpus=allowed, compile=False, nproc=2)  # fmt: skip
     path = tmp_path / f"{job.name}.json"
     with open(tmp_path / "log", "wb") as log:
-        from bench.grid import GridConfig
+        from bench.grid.runner import GridConfig
 
         ok = run_job(job, path, child_env(GridConfig(data=data, out=tmp_path)), 300, log)
     rec = json.loads(path.read_text())

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from bench.crosscheck import ANNOTATION, ProfiledLoader, load_trace, trace_starvation
-from bench.monitor import ResourceMonitor
+from bench.grid.crosscheck import ANNOTATION, ProfiledLoader, load_trace, trace_starvation
+from bench.grid.monitor import ResourceMonitor
 from training.starvation import StepTimer, latest_timer
 
 # time.sleep overshoots by up to ~1-2 ms per call on a loaded 2-core machine (other engineers' jobs run beside
@@ -180,8 +180,8 @@ def test_monitor_counts_cpu_of_child_processes():
 
 def test_crosscheck_inside_the_real_training_loop(tmp_path):
     """A cross-check run profiles the loop's measured steps (a mark per fetch); on CPU it says there are no kernels."""
-    from bench.job import Job
-    from bench.run_one import measure
+    from bench.grid.job import Job
+    from bench.grid.run_one import measure
     from dataprep.convert import ConvertConfig, convert
 
     data = tmp_path / "img"

@@ -191,7 +191,7 @@ PROFILED = r"""
 import json, sys, time
 from pathlib import Path
 import torch
-from bench.crosscheck import ProfiledLoader, load_trace, trace_starvation
+from bench.grid.crosscheck import ProfiledLoader, load_trace, trace_starvation
 
 WAIT, KERNEL_MS, BATCHES, PROFILE_FROM = 0.025, 12.0, 60, 20
 out = Path(sys.argv[1])
@@ -221,7 +221,8 @@ trace = profiled.finish()
 @pytest.mark.gpu
 def test_gpu_watch_agrees_with_a_profiler_trace(tmp_path):
     """A GPU program whose 25 ms loader outlasts its 12 ms kernel step, profiled from fetch 20 to its end: bench watch's
-    starvation is within 3 points of the idle share between steps in the trace (bench.crosscheck), over the same steps.
+    starvation is within 3 points of the idle share between steps in the trace (bench.grid.crosscheck), over the same
+    steps.
 
     The trace's figure covers the gaps before profiled steps 1..38 (fetches 21..58) and spans the end of the step
     after fetch 20 to the end of the one after fetch 58; bench watch with --warmup 21 covers requests 21..58 and
@@ -479,6 +480,95 @@ def test_python_api_under_the_command_measures_once(tmp_path):
     own = json.loads(proc.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
     assert own["loader"] == w["loader"] and own["steps"] == w["steps"]
     assert own["starvation"] == pytest.approx(w["starvation"], abs=1e-9)
+
+
+# A program with top-level packages of its own named as gpufeed's are; loaders.base is the module name under which the
+# hooks look for gpufeed's own loaders
+OWN_PACKAGES = {"bench": "bench", "training": "training", "loaders": "loaders", "loaders/base": "loaders.base",
+                "dataprep": "dataprep"}  # fmt: skip
+OWN_PROGRAM = r"""
+import json, sys, time
+NAMES = ("bench", "training", "loaders", "dataprep")
+taken = sorted(m for m in sys.modules if m.split(".")[0] in NAMES)  # before the program imports anything
+import bench, dataprep, loaders.base, training
+import torch
+
+
+def collate(items):
+    time.sleep(0.01)
+    return torch.stack(items)
+
+
+for batch in torch.utils.data.DataLoader([torch.zeros(2)] * 48, batch_size=4, collate_fn=collate):
+    time.sleep(0.01)
+own = {m.__name__: m.MARK for m in (bench, training, loaders, loaders.base, dataprep)}
+print("OWN " + json.dumps({"taken": taken, "own": own}))
+"""
+
+
+def _mark(name: str) -> str:
+    return f"the program's own {name}"
+
+
+def _own_program(root: Path) -> Path:
+    for rel, name in OWN_PACKAGES.items():
+        path = root / (f"{rel}.py" if "/" in rel else f"{rel}/__init__.py")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"MARK = {_mark(name)!r}\n")
+    return _program(root, OWN_PROGRAM, "own.py")
+
+
+def _own_figures(proc) -> dict:
+    assert proc.returncode == 0, _explain(proc)
+    return json.loads(proc.stdout.split("OWN ", 1)[1].splitlines()[0])
+
+
+@pytest.mark.slow
+def test_a_programs_own_bench_training_loaders_and_dataprep_under_watch(tmp_path):
+    """A program with its own top-level bench, training, loaders (with a base module) and dataprep, run under
+    `bench watch`: none of the four names is taken when it starts, it imports its own packages, and its loader is
+    still measured."""
+    prog = _own_program(tmp_path / "prog")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--warmup", "2")
+    got = _own_figures(proc)
+    assert got["taken"] == []
+    assert got["own"] == {name: _mark(name) for name in OWN_PACKAGES.values()}
+    assert w["loader"].startswith("DataLoader(list) x12 at prog/own.py:") and len(w["loaders"]) == 1
+    assert w["loaders"][0]["requests"] == 12 and w["steps"] == 12 - 1 - 2
+    assert w["starvation"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_a_programs_own_bench_training_loaders_and_dataprep_beside_gpufeed(tmp_path):
+    """The same program run plainly with gpufeed's packages on its path (PYTHONPATH) imports its own."""
+    prog = _own_program(tmp_path / "prog")
+    proc = subprocess.run([PY, str(prog)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300)
+    got = _own_figures(proc)
+    assert got["taken"] == []
+    assert got["own"] == {name: _mark(name) for name in OWN_PACKAGES.values()}
+
+
+def test_what_runs_inside_a_program_names_no_package_of_gpufeed():
+    """The modules `bench watch` loads inside a watched program (the hooks, the Python API and all they import, lazily
+    too) reach the rest of gpufeed only through relative imports, so they run under a private name and leave the
+    names bench, training, loaders and dataprep to the program."""
+    import ast
+
+    from test_architecture import PACKAGES, imported_modules, module_names
+
+    known = module_names()
+    todo, seen, absolute = ["bench", "bench.watcher", "bench.watcher.hooks", "bench.watcher.api"], set(), []
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(known[name].read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
+            absolute += [f"{name}:{node.lineno} {n}" for n in names if n.split(".")[0] in PACKAGES]
+        todo += [target for target, _ in imported_modules(name, known[name], known)]
+    assert {"bench.watcher.state", "bench.watcher.verdict", "bench.records.env", "bench.records.thresholds"} <= seen
+    assert absolute == []
 
 
 ACCELERATE_PROGRAM = r"""

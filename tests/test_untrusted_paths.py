@@ -160,7 +160,7 @@ def test_a_manifest_linking_out_is_refused(data, tmp_path):
 
 def bench_record(results: Path, name: str = "hdf5-w0", model: str = "tiny") -> Path:
     """A finished loader run as bench.run_one writes it, with the fields report and fastest read."""
-    from bench.job import Job
+    from bench.grid.job import Job
 
     job = Job(kind="loader", data="d", backend="hdf5", workers=0, pin_memory=False, batch_size=64, model=model,
               steps=10, warmup=2, device="cpu", cpus=None, compile=False, grid_id="20261122T100000Z")  # fmt: skip

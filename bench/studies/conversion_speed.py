@@ -1,6 +1,6 @@
 """How long `dataprep convert` takes with a given number of cores, and what memory its process tree peaks at: each
 run converts the same input into every format in a fresh process pinned to its first N allowed cores (`--workers`
-left at its default, the cores it may use), timed from launch to exit, the tree sampled with bench.monitor.
+left at its default, the cores it may use), timed from launch to exit, the tree sampled with bench.grid.monitor.
 
     python -m bench.studies.conversion_speed --input cifar10-jpg --scratch /tmp/conv --cores all,2 \\
         --out bench/results/conversion_speed.json
@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..env import run_record
-from ..monitor import ResourceMonitor
+from ..grid.monitor import ResourceMonitor
+from ..records.env import run_record
 
 
 def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str]) -> dict:

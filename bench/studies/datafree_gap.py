@@ -1,5 +1,5 @@
 """Why a loader that does not starve the GPU can still train below the data-free rate. One loader configuration and
-the data-free batch, each run as `bench loaders` runs it (bench.run_one: a fresh process, the real training loop),
+the data-free batch, each run as `bench loaders` runs it (bench.grid.run_one: a fresh process, the real training loop),
 alternately `--repeats` times for their rates; then once each with the profiler on the measured steps (bench's
 cross-check), whose traces give per step the GPU's busy time, its idle time between steps (starvation) and inside
 steps, and the kernel time by kernel. The JSON keeps every run and the comparison; the printed table is the kernels
@@ -18,9 +18,9 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from ..crosscheck import GPU_CATS, fetch_spans, load_trace
-from ..grid import job_timeout_s, run_job
-from ..job import Job, collapse
+from ..grid.crosscheck import GPU_CATS, fetch_spans, load_trace
+from ..grid.job import Job, collapse
+from ..grid.runner import job_timeout_s, run_job
 
 
 def run(job: Job, out: Path) -> dict:
@@ -75,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from ..env import run_record
+    from ..records.env import run_record
 
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

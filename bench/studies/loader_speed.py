@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..env import run_record
+from ..records.env import run_record
 
 
 def timed(make_iter, epochs: int, device: str) -> dict:

@@ -11,8 +11,8 @@ import argparse
 from collections import defaultdict
 from pathlib import Path
 
-from ..report import COLORS
-from ..results import attach_data_free, flat, group, load_records
+from ..records.results import attach_data_free, flat, group, load_records
+from ..report.plots import COLORS
 
 
 def draw(results: Path, out: Path) -> Path:

@@ -51,7 +51,7 @@ from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps
 from training.speedups import PREVIOUS, revert
 
-from ..env import run_record
+from ..records.env import run_record
 
 BF16 = torch.bfloat16
 PROFILED_STEPS = 5  # enough for a stable ranking of the kernels

@@ -205,7 +205,11 @@ def _patch_dali(module) -> None:
 
 
 def _patch_gpufeed(module) -> None:
-    watch_class_tree(module.Loader)
+    """gpufeed's own loaders, of this copy or another (a `bench/watcher/` beside them); a program's own top-level
+    `loaders` package is left alone."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(module.__file__ or "")))
+    if os.path.isfile(os.path.join(root, "bench", "watcher", "hooks.py")):
+        watch_class_tree(module.Loader)
 
 
 TARGETS = {

@@ -13,12 +13,11 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..monitor import ResourceMonitor, _read_nvml
+from ..grid.monitor import ResourceMonitor, read_nvml
 from .merge import loaders_seen, merge, read_ranks
 from .state import ENV, Settings
 
-BOOT = Path(__file__).resolve().parent / "boot"  # holds sitecustomize.py
-ROOT = Path(__file__).resolve().parents[2]  # the directory holding the bench package
+BOOT = Path(__file__).resolve().parent / "boot"  # holds sitecustomize.py, which loads the hooks from beside it
 
 
 class GpuSampler:
@@ -52,7 +51,7 @@ class GpuSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.perf_counter(), {u: _read_nvml(h) for u, h in self._handles.items()}))
+            self.samples.append((time.perf_counter(), {u: read_nvml(h) for u, h in self._handles.items()}))
             self._stop.wait(self.interval)
 
     def figures(self, t0: float, t1: float, uuids: list[str]) -> dict:
@@ -70,7 +69,7 @@ class GpuSampler:
 
 
 def program_env(settings: Settings) -> dict[str, str]:
-    path = [str(BOOT), str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    path = [str(BOOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     return os.environ | {ENV: json.dumps(asdict(settings)), "PYTHONPATH": os.pathsep.join(path)}
 
 

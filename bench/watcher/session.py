@@ -11,7 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..run_one import write_json_atomic
+from ..records.env import write_json_atomic
 from .launch import run_program
 from .state import Settings
 from .verdict import verdict
@@ -41,7 +41,7 @@ def modes(cfg: WatchConfig) -> list[str]:
 
 def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     """Run the program per mode and repeat; write OUT/watch.json; return (the program's exit code, the summary)."""
-    from bench.env import run_record
+    from ..records.env import run_record
 
     runs_dir = cfg.out / "runs"
     for old in (runs_dir, cfg.out / "tensorboard"):  # figures of an earlier watch must not pass for this one's

@@ -99,7 +99,7 @@ class ProcessState:
 
 def _where() -> dict:
     """The device this process computed on, and the libraries it ran with."""
-    from bench.env import versions
+    from ..records.env import versions
 
     out: dict = {"versions": versions()}
     torch = sys.modules.get("torch")

@@ -1,10 +1,10 @@
-"""Watch figures in words, with the thresholds `bench loaders` uses (bench/results.py): input-bound above 5% of the
-time waiting for input, highly above 20%; a host that lets the GPU drain before it even asks for the next batch is
-named, with the usual causes, since no loader can fix that."""
+"""Watch figures in words, with the thresholds `bench loaders` uses (bench/records/results.py): input-bound above 5%
+of the time waiting for input, highly above 20%; a host that lets the GPU drain before it even asks for the next batch
+is named, with the usual causes, since no loader can fix that."""
 
 from __future__ import annotations
 
-from bench.results import BEHIND, HIGHLY, INPUT_BOUND
+from ..records.thresholds import BEHIND, HIGHLY, INPUT_BOUND
 
 
 def live_line(step: int, f: dict) -> str:

@@ -14,7 +14,7 @@ directory's data-free runs of the same setting, else DEFAULT_SPREAD (1%: repeate
 findings spread 0.8-0.9%). A single run's range is its rate plus or minus half that spread, so two single runs tie
 when they differ by less than the spread.
 
-With no such results, `bench.probe` measures in this process first (about a minute; see its docstring for what it
+With no such results, `probe.py` measures in this process first (about a minute; see its docstring for what it
 measures and trusts): the data-free rate twice, every candidate's ceiling, and the cheapest candidates that can keep
 up confirmed in the real training loop. Its windows are written as one grid of bench results, picked from by the same
 rule, so a second call is instant.
@@ -77,10 +77,10 @@ def scenario_rows(
     compile: bool,
     nproc: int = 1,
 ) -> list[dict]:
-    """Flat rows (bench.results.flat) of every grid in the directory, loader and data-free runs, for this setting on
-    this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
-    from .env import hardware
-    from .results import flat, load_records
+    """Flat rows (bench.records.results.flat) of every grid in the directory, loader and data-free runs, for this
+    setting on this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
+    from ..records.env import hardware
+    from ..records.results import flat, load_records
 
     here = hardware(device)  # as each result recorded where it ran
     cuda, gpu, cores = device.startswith("cuda"), here.get("gpu"), here["cpus_allowed"]
@@ -104,8 +104,8 @@ def scenario_rows(
 
 
 def latest_groups(rows: list[dict]) -> list[dict]:
-    """Grouped configurations (bench.results.group) of the latest grid that has any."""
-    from .results import group
+    """Grouped configurations (bench.records.results.group) of the latest grid that has any."""
+    from ..records.results import group
 
     groups = group(rows)
     latest = max((g["grid_id"] for g in groups), default=None)
@@ -191,7 +191,7 @@ def choose(
     shared as training will share them), else those of one process, as when no multi-rank grid was run."""
     from dataprep.manifest import load_manifest
 
-    from .probe import run_probe
+    from .probe_run import run_probe
 
     manifest = load_manifest(data_dir)
     digest = manifest["digest"]["total"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from dataprep.paths import RESULTS, inside
 
+from .plots import plot_family
+
 COMMON = ("digest", "device", "model", "precision", "compile")
 
 
@@ -67,29 +69,3 @@ def scaling_section(groups: list[dict], rows: list[dict], results_dir: Path) -> 
             lines.append(f"| {label} | {cpus or 'all'} | {cells} |")
         lines += ["", f"![{title}]({png.name})", ""]
     return lines
-
-
-def plot_family(title: str, family: dict, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .report import COLORS
-
-    fig, ax = plt.subplots(figsize=(7, 5))
-    styles = {c: s for c, s in zip(sorted({cpus or 0 for _, cpus in family}), ("-", "--", "-.", ":"))}
-    for (label, cpus), rates in sorted(family.items(), key=str):
-        ns = sorted(rates)
-        color = COLORS.get(label, "black")
-        name = f"{label}, {cpus} cores/rank" if cpus else f"{label}, all cores"
-        ax.plot(ns, [rates[n] for n in ns], styles.get(cpus or 0, "-"), marker="o", color=color, label=name)
-        ax.plot(ns, [rates[ns[0]] * n / ns[0] for n in ns], ":", color=color, alpha=0.35, linewidth=1)
-    counts = sorted({n for rates in family.values() for n in rates})
-    ax.set(xlabel="GPUs (ranks)", ylabel="samples/s, all ranks", title=title + "\n(dotted: ideal)", xticks=counts)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path

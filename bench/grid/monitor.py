@@ -71,12 +71,12 @@ class ResourceMonitor:
                     t = p.cpu_times()
                     self._cpu_seen[p.pid] = max(self._cpu_seen.get(p.pid, 0.0), t.user + t.system)
                     if mem == mem:  # not NaN: a memory sample
-                        mem += _pss(p)
+                        mem += pss(p)
             except psutil.Error:  # exited between listing and reading: its last CPU time stays counted
                 continue
         s = Sample(time.perf_counter(), sum(self._cpu_seen.values()), mem)
         if self._nvml is not None:
-            s.gpu_util, s.gpu_power_w, s.gpu_mem_bytes = _read_nvml(self._nvml)
+            s.gpu_util, s.gpu_power_w, s.gpu_mem_bytes = read_nvml(self._nvml)
         self.samples.append(s)
 
     def figures(self, t0: float, t1: float) -> dict:
@@ -97,7 +97,7 @@ class ResourceMonitor:
         return out
 
 
-def _pss(p: psutil.Process) -> float:
+def pss(p: psutil.Process) -> float:
     try:
         return float(p.memory_full_info().pss)
     except (psutil.AccessDenied, AttributeError):
@@ -114,7 +114,7 @@ def _open_nvml(uuid: str):
         return None
 
 
-def _read_nvml(handle) -> tuple[float | None, float | None, float | None]:
+def read_nvml(handle) -> tuple[float | None, float | None, float | None]:
     import pynvml
 
     try:

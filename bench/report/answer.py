@@ -14,13 +14,13 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from .report import scenario_slug, scenario_title
-from .results import SCENARIO, flat, load_records
+from ..records.results import SCENARIO, flat, load_records
+from .tables import scenario_slug, scenario_title
 
 
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
     """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
-    from .fastest import pick
+    from ..fastest.choice import pick
 
     results_dir = Path(results_dir)
     rows = [flat(r) for r in load_records(results_dir)]

@@ -1,9 +1,7 @@
 """Reading a results directory: the per-run JSONs, grouped into configurations (median and range over repeats),
 each loader run set against the data-free rate of its model and batch size, and a verdict in words.
-
-Input-bound thresholds follow TensorFlow's input-pipeline analyzer: above 5% of the time waiting for input a step
-is input-bound, above 20% highly so. Profiled cross-check runs are kept out of the headline figures (the profiler
-slows the host) and reported on their own."""
+Profiled cross-check runs are kept out of the headline figures (the profiler slows the host) and reported on
+their own."""
 
 from __future__ import annotations
 
@@ -17,14 +15,9 @@ from pathlib import Path
 
 from dataprep.paths import RESULTS, inside
 
-INPUT_BOUND, HIGHLY = 0.05, 0.20
-NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run spread to count as helping
-# The host began most steps only after the GPU had finished the previous one (a copy from pageable memory, any call
-# that waits for the GPU, or a step whose launches take longer than its kernels): the GPU then idles inside the steps
-# too, which between-step starvation does not count. Said only when the shortfall from the data-free rate exceeds the
-# starvation by more than UNEXPLAINED (3 points): with 0 workers the host is behind because it loads the batch itself,
-# and that wait is already the starvation
-BEHIND, UNEXPLAINED = 0.5, 0.03
+from .env import write_json_atomic
+from .thresholds import BEHIND, HIGHLY, INPUT_BOUND, NOISE, UNEXPLAINED
+
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc")  # cpus: per rank
 KNOBS = ("backend", "workers", "pin_memory")
 CSV_COLUMNS = [
@@ -273,8 +266,6 @@ def gpu_uuid(rec: dict) -> str | None:
 def finalize(results_dir: Path) -> list[dict]:
     """Attach data-free ratios and verdicts to every JSON (rewritten atomically), write results.csv; return the
     grouped configurations."""
-    from .run_one import write_json_atomic
-
     records = load_records(results_dir)
     attach_data_free(records)
     rows = [flat(r) for r in records]

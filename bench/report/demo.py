@@ -2,7 +2,7 @@
 the run went, and where the plot, the table, the samples and the metrics are, read from the two summary.json files
 (`bench loaders` writes one in its results directory, `train` one in its run directory).
 
-    python -m bench.demo RESULTS_DIR RUN_DIR
+    python -m bench.report.demo RESULTS_DIR RUN_DIR
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m bench.demo RESULTS_DIR RUN_DIR", file=sys.stderr)
+        print("usage: python -m bench.report.demo RESULTS_DIR RUN_DIR", file=sys.stderr)
         return 2
     print("\n".join(lines(Path(args[0]), Path(args[1]))))
     return 0

@@ -1,8 +1,8 @@
 """`bench loaders --nproc N`: one configuration as N data-parallel ranks, a fresh torchrun per configuration.
 
-Each rank is `bench.run_one` as torchrun starts it: its own shard of the data, its own GPU (cuda:LOCAL_RANK), and with
-`--cpus C` its own C cores (rank r takes cores [r*C, (r+1)*C) of those allowed), as N trainers share a host. Every rank
-writes its own record under RESULTS/.ranks/; once torchrun has exited the grid merges them into the configuration's
+Each rank is `bench.grid.run_one` as torchrun starts it: its own shard of the data, its own GPU (cuda:LOCAL_RANK), and
+with `--cpus C` its own C cores (rank r takes cores [r*C, (r+1)*C) of those allowed), as N trainers share a host. Every
+rank writes its own record under RESULTS/.ranks/; once torchrun has exited the grid merges them into the configuration's
 one JSON: rates and host costs add up over ranks, starvation and host_behind are the mean over ranks with the worst
 rank beside them (under DDP every step waits for the slowest rank), and `ranks` keeps each rank's own figures."""
 
@@ -14,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from ..records.env import write_json_atomic
 from .job import Job
 
 RANKS_DIR = ".ranks"  # hidden: load_records reads RESULTS/*.json only, and a rank's record is not a result
@@ -24,7 +25,7 @@ MEAN = ("nvml_gpu_util_pct", "nvml_power_w", "nvml_gpu_mem_mib", "nvml_idle")  #
 
 def command(job: Job, out: Path) -> list[str]:
     """The torchrun command line that runs `job` on job.nproc ranks of this host (a free port of its own)."""
-    run_one = ["-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(out)]
+    run_one = ["-m", "bench.grid.run_one", "--job", json.dumps(job.to_dict()), "--out", str(out)]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(job.nproc),
             "--max-restarts", "0", *run_one]  # fmt: skip
 
@@ -44,8 +45,6 @@ def rank_cores(allowed: list[int], cpus: int, rank: int) -> list[int]:
 def merge(job: Job, out: Path) -> None:
     """Write the configuration's record from its ranks' records (or an error naming the ranks that failed); the
     ranks' records are removed. Nothing is written when no rank wrote anything (the grid then says how it ended)."""
-    from .run_one import write_json_atomic
-
     paths = [rank_path(out, r) for r in range(job.nproc)]
     recs = [json.loads(p.read_text()) if p.exists() else None for p in paths]
     clean(job, out)

@@ -1,7 +1,9 @@
-"""What every benchmark result records about where and how it ran: hardware, versions, commit, command."""
+"""What every benchmark result records about where and how it ran (hardware, versions, commit, command), and how a
+record is written: atomically, so an interrupted writer leaves the old file or the new one, never half of one."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -16,7 +18,7 @@ PACKAGES = ("torch", "torchvision", "numpy", "h5py", "ffcv", "nvidia-dali-cuda12
 def git_commit() -> str:
     if os.environ.get("GPUFEED_COMMIT"):  # set where the tree was copied without .git (the GPU machine)
         return os.environ["GPUFEED_COMMIT"]
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-uno"], capture_output=True,
@@ -58,3 +60,9 @@ def hardware(device: str | None = None) -> dict:
 def run_record(device: str | None = None) -> dict:
     return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
             "commit": git_commit(), "hardware": hardware(device), "versions": versions()}  # fmt: skip
+
+
+def write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    os.replace(tmp, path)

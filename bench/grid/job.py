@@ -42,7 +42,7 @@ class Job:
     grid_id: str = ""  # when the grid started: `fastest` reads the latest grid's results
     seed: int = 0
     # data-parallel ranks under torchrun, one per GPU, each on its own shard and its own `cpus` cores: starvation
-    # measured where it appears, N processes sharing the host (bench.ranks)
+    # measured where it appears, N processes sharing the host (bench.grid.ranks)
     nproc: int = 1
     vae: str | None = None  # pixel or clip data: the autoencoder that encodes every batch in the step (train --vae)
 

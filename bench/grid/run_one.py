@@ -1,4 +1,5 @@
-"""One bench configuration in a fresh process: `python -m bench.run_one --job JSON --out FILE` (bench.grid calls it).
+"""One bench configuration in a fresh process: `python -m bench.grid.run_one --job JSON --out FILE` (the runner's
+child).
 
 The process pins itself to `job.cpus` cores before importing torch (its thread pools size themselves then, and
 DataLoader workers, FFCV and DALI threads inherit the affinity), builds the loader, and runs the real training loop
@@ -19,13 +20,14 @@ from pathlib import Path
 
 import psutil
 
+from ..records.env import write_json_atomic
 from .job import Job
 from .ranks import local_rank, rank_cores, rank_path
 
 
 def pin_cpus(n: int, rank: int = 0) -> list[int]:
     """Restrict this process (and every child it starts) to n cores it may use: the first n, or under torchrun the
-    rank's own n (bench.ranks.rank_cores)."""
+    rank's own n (bench.grid.ranks.rank_cores)."""
     allowed = sorted(os.sched_getaffinity(0))
     if n > len(allowed):
         raise ValueError(f"--cpus {n}: only {len(allowed)} cores are available to this process")
@@ -135,8 +137,8 @@ def measure(job: Job, trace_path: Path) -> dict:
 
     from training.starvation import latest_timer
 
+    from ..records.env import hardware
     from .crosscheck import ProfiledLoader
-    from .env import hardware
     from .monitor import ResourceMonitor
 
     cuda = job.device.startswith("cuda")
@@ -180,7 +182,7 @@ def crosscheck(trace: Path, timer, warmup: int) -> dict:
 def record(job: Job, out: Path) -> dict:
     from dataprep.manifest import load_manifest
 
-    from .env import run_record
+    from ..records.env import run_record
 
     manifest = load_manifest(job.data)
     rec = {"name": job.name, "job": job.to_dict()}
@@ -202,7 +204,7 @@ def record(job: Job, out: Path) -> dict:
 
 
 def compile_cache() -> dict:
-    """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid)."""
+    """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid.runner)."""
     import torch._functorch.config as functorch
     import torch._inductor.config as inductor
 
@@ -214,20 +216,14 @@ def compile_cache() -> dict:
     }
 
 
-def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--job", required=True, help="a bench.job.Job as JSON")
+    p.add_argument("--job", required=True, help="a bench.grid.job.Job as JSON")
     p.add_argument("--out", required=True, type=Path, help="the result JSON to write")
     args = p.parse_args(argv)
     job = Job.from_dict(json.loads(args.job))
     rank, world = local_rank()
-    out = rank_path(args.out, rank) if world > 1 else args.out  # bench.ranks merges the ranks' records
+    out = rank_path(args.out, rank) if world > 1 else args.out  # bench.grid.ranks merges the ranks' records
     out.parent.mkdir(parents=True, exist_ok=True)
     if job.cpus:
         pin_cpus(job.cpus, rank)  # before torch is imported: its thread pools size themselves to the affinity

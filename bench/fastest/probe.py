@@ -21,20 +21,17 @@ The loop's steps are timed by its own StepTimer (CUDA events on a GPU), exactly 
 the loop by raising ProbeDone from the feed. The compile (about 2 minutes for `ddpm_cifar10` with an empty
 torch.compile cache, 15-20 s from a warm one) is the model's own: the training that follows reuses the cache.
 
-The data-free and confirming windows are written as bench result records (one grid), so `fastest` reads them like a
-grid's, `bench report` tables them, and a second call is instant; `fastest-probe-GRID.json` beside them holds every
-ceiling, the order tried and where the time went. Ctrl-C stops the probe after the current step; nothing is written."""
+probe_run.py runs the loop, then writes the data-free and confirming windows as bench result records (one grid), so
+`fastest` reads them like a grid's, `bench report` tables them, and a second call is instant; `fastest-probe-GRID.json`
+beside them holds every ceiling, the order tried and where the time went. Ctrl-C stops the probe after the current step;
+nothing is written."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 MIN_VS_DATA_FREE = 0.99  # the bar a pick must reach: 99% of the data-free rate
@@ -53,7 +50,7 @@ class ProbeConfig:
     workers_cuda: tuple[int, ...] = (1, 4, 8)  # FFCV and DALI feed an H100 from 1 thread; files need 4 or more
     workers_cpu: tuple[int, ...] = (0, 2)  # a CPU device trains on the same cores the workers would use
     # a candidate that keeps up while keeping fewer cores than this busy at the model's rate ends the ceilings: no
-    # other could save more (backends are tried in the order of bench.job.LOADER_IMG_S, least host work first)
+    # other could save more (backends are tried in the order of bench.grid.job.LOADER_IMG_S, least host work first)
     enough_cores: float = 0.05
 
     @classmethod
@@ -89,7 +86,7 @@ def candidates(formats: dict, device: str, cores: int, cfg: ProbeConfig) -> list
     configurations, fewest workers first."""
     from loaders import NEEDS_FORMAT
 
-    from .job import LOADER_IMG_S, collapse
+    from ..grid.job import LOADER_IMG_S, collapse
 
     counts = cfg.workers_cuda if device.startswith("cuda") else cfg.workers_cpu
     out = []
@@ -274,60 +271,3 @@ def _sync(device: str) -> None:
 
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
-
-
-@contextlib.contextmanager
-def _alone() -> Iterator[None]:
-    """Under torchrun rank 0 probes while the other ranks wait for its answer: its loop must not join their group."""
-    saved = os.environ.pop("WORLD_SIZE", None)
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["WORLD_SIZE"] = saved
-
-
-def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig | None = None,
-              echo: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Probe in this process and write the records to `out` (see the module docstring); returns the summary."""
-    from training.config import TrainConfig
-    from training.loop import main
-
-    from .env import hardware
-    from .monitor import ResourceMonitor
-    from .probe_records import job_of, write_records
-    from .run_one import build
-
-    cfg = cfg or ProbeConfig.for_device(key["device"])
-    grid = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    resident = build(job_of(data, key, grid, kind="data_free", backend=None))[0].batch
-    gpu_uuid = hardware(key["device"]).get("gpu_uuid")
-    with ResourceMonitor(interval=0.1, gpu_uuid=gpu_uuid) as monitor, _alone():
-        probe = Probe(Path(data), manifest, key, cfg, monitor, echo)
-        with tempfile.TemporaryDirectory(prefix="gpufeed-fastest-") as run_dir:
-            train = TrainConfig(data=Path(data), loader="gpu", model=key["model"], batch_size=key["batch_size"],
-                                steps=2**62, precision=key["precision"], compile=key["compile"], device=key["device"],
-                                timing_warmup=0, ckpt_every=0, sample_every=0, log_every=2**62, progress=False,
-                                out=Path(run_dir))  # fmt: skip
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    stopped = main(train, loader=Feed(probe.run(resident))).stopped_by
-            except ProbeDone:
-                stopped = None
-    if stopped:
-        raise KeyboardInterrupt(f"{stopped} while `fastest` measured; nothing was written")
-
-    summary = write_records(probe, Path(data), manifest, grid, out)
-    _release(key["device"])
-    return summary
-
-
-def _release(device: str) -> None:
-    """Give the probe's model, optimizer and graphs back before the real run allocates its own."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()

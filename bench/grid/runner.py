@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..records.env import write_json_atomic
 from .job import BACKEND_NAMES, Job, estimate_s, expand
 
 
@@ -109,7 +110,7 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
     killed (the kernel's out-of-memory killer sends SIGKILL) or outlives `timeout_s` is recorded as failed."""
     from . import ranks
 
-    cmd = [sys.executable, "-m", "bench.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
+    cmd = [sys.executable, "-m", "bench.grid.run_one", "--job", json.dumps(job.to_dict()), "--out", str(path)]
     cmd = ranks.command(job, path) if job.nproc > 1 else cmd
     path.unlink(missing_ok=True)  # an earlier grid's result must not pass for this run's if the child dies silently
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -152,8 +153,6 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _write_error(path: Path, job: Job, message: str) -> None:
-    from .run_one import write_json_atomic
-
     write_json_atomic(path, {"name": job.name, "job": job.to_dict(), "error": message})
 
 
@@ -172,7 +171,7 @@ def this_gpu_uuid(device: str) -> str | None:
     never initialises CUDA. None on a CPU device or without a GPU."""
     if not device.startswith("cuda"):
         return None
-    code = f"from bench.env import hardware; print(hardware({device!r}).get('gpu_uuid', ''))"
+    code = f"from bench.records.env import hardware; print(hardware({device!r}).get('gpu_uuid', ''))"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:  # a wedged driver: the runs themselves will fail and say so
@@ -187,7 +186,7 @@ def set_aside_foreign_data_free(
     each batch size with loader runs still to do whose finished data-free runs all ran elsewhere, the first of those
     is renamed after its GPU (kept, and still reported) and runs again here. `gpu_uuid()` says which GPU this is
     (None: no GPU); it is asked only when there is such a choice. Returns the jobs still finished."""
-    from .results import gpu_uuid as gpu_of
+    from ..records.results import gpu_uuid as gpu_of
 
     todo_bs = {j.batch_size for j in jobs if j.kind == "loader" and j not in done}
     candidates = {bs for bs in todo_bs if any(j.kind == "data_free" and j.batch_size == bs for j in done)}
@@ -217,7 +216,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     also after Ctrl-C, which is re-raised as KeyboardInterrupt once the finished results are safe."""
     from tqdm import tqdm
 
-    from .results import finalize
+    from ..records.results import finalize
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     jobs = cfg.jobs()

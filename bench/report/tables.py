@@ -1,7 +1,6 @@
 """`bench report DIR`: results.md (tables with median and range over repeats, best configuration per backend,
-the profiler cross-check) and one PNG per scenario (model, batch size, device, CPU budget): throughput, starvation
-(for the loader alone: headroom over the preset's data-free rate) and CPU cost per 1,000 samples against workers,
-one colour per backend, pin_memory on solid and off dashed."""
+the profiler cross-check, scaling, watched programs) and beside it one PNG per scenario (model, batch size, device,
+CPU budget), drawn by plots.py."""
 
 from __future__ import annotations
 
@@ -12,11 +11,10 @@ from pathlib import Path
 
 from dataprep.paths import RESULTS, inside
 
-from .results import SCENARIO, finalize, flat, load_records
+from ..records.results import SCENARIO, finalize, flat, load_records
+from .plots import plot_scenario
 from .scaling import scaling_section
-
-STYLE = {True: "-", False: "--", None: "-"}  # pin_memory on / off / not a knob of this backend
-COLORS = {"torch": "tab:red", "hdf5": "tab:blue", "ffcv": "tab:green", "dali": "tab:purple", "gpu": "tab:orange"}
+from .watched import watch_section
 
 
 def scenario_title(g: dict) -> str:
@@ -103,8 +101,6 @@ def header(alone: bool, ranks: bool = False) -> str:
 
 def write_report(results_dir: Path) -> Path:
     """Write results.md, results.csv and the plots; return the Markdown file."""
-    from .watcher.report import watch_section
-
     results_dir = Path(results_dir)
     groups = finalize(results_dir)
     records = load_records(results_dir)
@@ -121,7 +117,8 @@ def write_report(results_dir: Path) -> Path:
     for key, gs in scenarios.items():
         free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and _same(r, key, gs[0]["model"])]
         run = f"{results_dir} (run {gs[0]['names'][0]})"  # the model and device in the plot's name come from it
-        png = plot_scenario(gs, free, inside(results_dir, f"plot-{scenario_slug(gs[0])}.png", source=run, **RESULTS))
+        png = inside(results_dir, f"plot-{scenario_slug(gs[0])}.png", source=run, **RESULTS)
+        png = plot_scenario(gs, free, png, scenario_title(gs[0]))
         lines += [f"## {scenario_title(gs[0])}", ""]
         if free:
             rates = sorted(r["samples_per_s"] for r in free)
@@ -215,60 +212,3 @@ def _crosscheck_section(rows: list[dict]) -> list[str]:
             f"{r['trace_minus_events_pp']:+.2f} | {ok} | {nvml} |"
         )
     return out + [""]
-
-
-def plot_scenario(groups: list[dict], free: list[dict], path: Path) -> Path:
-    """Three panels against workers: samples/s (with the data-free rate), starvation %, CPU s per 1k samples."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5.2))
-    xs = sorted({g["workers"] for g in groups if g["workers"] is not None}) or [0]
-    alone = groups[0]["model"] == "none"  # the loader alone: headroom over the preset's appetite, not starvation
-    panels = [
-        ("samples_per_s", "samples/s (median of repeats)", "Throughput", 1.0),
-        ("headroom", "loader ceiling / data-free rate (×)", "Headroom", 1.0)
-        if alone
-        else ("starvation", "time waiting for input (%)", "Starvation", 100.0),
-        ("cpu_s_per_1k_samples", "CPU core-seconds per 1,000 samples", "CPU cost", 1.0),
-    ]
-    lines = defaultdict(list)
-    for g in groups:
-        lines[(g["backend"], g["pin_memory"])].append(g)
-    for ax, (key, ylabel, title, scale) in zip(axes, panels):
-        for (backend, pin), gs in sorted(lines.items(), key=lambda kv: str(kv[0])):
-            gs = sorted(gs, key=lambda g: g["workers"] or 0)
-            label = backend + ("" if pin is None else f", pin {'on' if pin else 'off'}")
-            wx = [g["workers"] for g in gs] if gs[0]["workers"] is not None else [min(xs), max(xs)]
-            ys = (
-                [(g[key] or 0.0) * scale for g in gs]
-                if gs[0]["workers"] is not None
-                else [(gs[0][key] or 0) * scale] * 2
-            )
-            ax.plot(
-                wx,
-                ys,
-                STYLE[pin],
-                marker="o" if gs[0]["workers"] is not None else None,
-                color=COLORS.get(backend, "gray"),
-                label=label + ("" if gs[0]["workers"] is not None else " (no workers)"),
-            )
-        ax.set(xlabel="workers (processes or threads)", ylabel=ylabel, title=title, xticks=xs)
-        ax.grid(alpha=0.3)
-    if free:
-        rate = statistics.median(r["samples_per_s"] for r in free)
-        eater = f"what {free[0]['model']} eats: " if alone else ""
-        axes[0].axhline(rate, color="black", linestyle=":", label=f"{eater}data-free rate ({rate:,.0f}/s)")
-    for level in (1,) if alone else (5, 20):  # below 1x the loader starves the model; 5% and 20%: input-bound
-        axes[1].axhline(level, color="gray", linestyle=":", linewidth=1)
-    if alone:
-        axes[1].set_yscale("log")
-    axes[0].set_yscale("log")
-    axes[0].legend(fontsize=8, loc="best")
-    fig.suptitle(scenario_title(groups[0]) + "  (pin_memory: on solid, off dashed)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
