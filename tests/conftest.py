@@ -1,14 +1,26 @@
-"""Shared fixtures: the real data in ../shared/datasets, unpacked once per session, and the gpu marker."""
+"""Shared fixtures: the real data in ../shared/datasets, unpacked once per session, the gpu marker, and a compile
+cache of the tests' own."""
 
 from __future__ import annotations
 
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATASETS = REPO.parent / "shared" / "datasets"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def compile_cache(tmp_path_factory) -> Iterator[Path]:
+    """Compiled runs in tests (and the processes they start) keep their kernels in a folder of their own, not in the
+    user's ~/.cache/gpufeed/compile."""
+    path = tmp_path_factory.mktemp("compile-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUFEED_COMPILE_CACHE", str(path))
+        yield path
 
 
 def pytest_collection_modifyitems(config, items):

@@ -68,6 +68,13 @@ def test_cuda_without_gpu_is_bad_parameter(runner, cifar_small):
     assert result.exit_code == 2 and "pass --device cpu" in result.output
 
 
+def test_compile_cache_and_no_compile_cache_conflict(runner, cifar_small, tmp_path):
+    """A compile cache directory and --no-compile-cache together exit 2 saying to choose one."""
+    args = ["--data", str(cifar_small), "--compile-cache", str(tmp_path), "--no-compile-cache"]
+    result = runner.invoke(train, args)
+    assert result.exit_code == 2 and "not both" in result.output and "--compile-cache" in result.output
+
+
 def test_unknown_loader_lists_choices(runner, cifar_small):
     """An unknown --loader exits 2 and lists the valid backends."""
     result = runner.invoke(train, ["--data", str(cifar_small), "--loader", "tfdata"])

@@ -59,6 +59,14 @@ def _d(name: str):
     help="'reduce-overhead' adds CUDA graphs.",
 )
 @click.option(
+    "--compile-cache",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Compiled kernels kept between runs and machines of the same GPU and torch [default: "
+    "$GPUFEED_COMPILE_CACHE or ~/.cache/gpufeed/compile].",
+)
+@click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache.")
+@click.option(
     "--workers",
     type=click.IntRange(min=0),
     default=_d("workers"),
@@ -90,7 +98,8 @@ def _d(name: str):
 @click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")
-def train(no_progress: bool, device: str | None, as_json: bool, **options) -> None:
+def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool,
+          **options) -> None:  # fmt: skip
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
@@ -107,6 +116,10 @@ def train(no_progress: bool, device: str | None, as_json: bool, **options) -> No
         raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
                                  param_hint="--tensorboard")  # fmt: skip
     extra = {"device": device} if device else {}
+    if no_compile_cache and compile_cache:
+        raise click.BadParameter("give a directory or --no-compile-cache, not both", param_hint="--compile-cache")
+    if no_compile_cache or compile_cache:
+        extra["compile_cache"] = None if no_compile_cache else compile_cache
     try:
         cfg = TrainConfig(**options, progress=not no_progress, **extra)
     except ValueError as e:  # a combination no single option's type can refuse: --vae with --loader fastest

@@ -4,6 +4,7 @@ Kept free of torch imports so `train --help` stays instant."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -11,6 +12,13 @@ LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest":
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def default_compile_cache() -> Path:
+    """$GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile ($XDG_CACHE_HOME respected)."""
+    if os.environ.get("GPUFEED_COMPILE_CACHE"):
+        return Path(os.environ["GPUFEED_COMPILE_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufeed" / "compile"
 
 
 def _default_device() -> str:
@@ -38,6 +46,9 @@ class TrainConfig:
     # CUDA graphs ("reduce-overhead"): a compiled ddpm_cifar10 step at batch 128 is launch-bound without them, 2,588 vs
     # 5,049 img/s on an H100 (docs/BENCHMARKS.md); "default" for plain Inductor kernels; ignored on CPU
     compile_mode: str = "reduce-overhead"
+    # torch's portable compile cache (training.compile_cache): a new machine of the same GPU and torch loads the kernels
+    # an earlier run saved there instead of generating and building them again; None: neither read nor written
+    compile_cache: Path | None = field(default_factory=default_compile_cache)
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
@@ -59,6 +70,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)
+        self.compile_cache = Path(self.compile_cache) if self.compile_cache else None
         checks = [
             (self.loader in LOADER_NAMES, f"loader must be one of {', '.join(LOADER_NAMES)}, not {self.loader!r}"),
             (self.model is None or self.model in MODEL_NAMES, f"model must be one of {', '.join(MODEL_NAMES)}"),

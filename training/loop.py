@@ -29,6 +29,7 @@ from .checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from .compile_cache import for_run
 from .config import TrainConfig
 from .metrics import MetricsLog
 from .starvation import StepTimer
@@ -57,6 +58,7 @@ class RunSummary:
     config: dict = field(default_factory=dict)
     loader: dict = field(default_factory=dict)  # backend, workers, pin_memory and why (`--loader fastest` says)
     ranks: list[dict] = field(default_factory=list)  # every rank's own figures (metrics.RANK_FIGURES), by rank
+    compile: dict = field(default_factory=dict)  # compiled runs: first step's seconds, phases, caches (compile_cache)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,8 +128,10 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
     # graph and the NCCL all-reduces run eagerly between them (collectives are never captured). Not yet run on GPUs
     # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back
+    compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
         net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size)
 
     # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
     choice = None
@@ -147,6 +151,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
                   file=sys.stderr)  # fmt: skip
 
     log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
+    if compiled is not None and compiled.cache is not None:
+        log.write(f"compile cache: {compiled.cache.note}")
     preview = Preview(spec, encoder, device)
     timer = StepTimer(device)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
@@ -210,7 +216,12 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             flops = count_flops(x0, batch.y if conditional else None)
             sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
         timer.step_begin()
-        train_step(batch.x, batch.y)
+        if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
+            with log.compiling(step + 1), compiled.first_step():
+                train_step(batch.x, batch.y)
+            log.write(f"step {step + 1}: {compiled.finish(info.main)}")
+        else:
+            train_step(batch.x, batch.y)
         timer.step_end()
         step += 1
         drain(keep=1)  # the previous step's loss; the device is still busy with this one
@@ -244,6 +255,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             else:
                 one_step()
     drain()
+    if compiled is not None and info.main:
+        compiled.save()  # what compiled after the first step too (a recompile)
     log.close()
     checksum = sum(v.double().sum().item() for v in model.state_dict().values())
     figures = log.final(timer, flops, checksum)
@@ -257,6 +270,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         backend=backend,
         param_checksum=checksum,
         stopped_by=stop.received,
+        compile=compiled.to_dict() if compiled is not None else {},
         config=train_dict,
         loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},
         **figures,

@@ -9,6 +9,10 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -78,6 +82,27 @@ class MetricsLog:
     def write(self, line: str) -> None:
         if self.info.main:
             self.bar.write(line, file=sys.stderr)
+
+    @contextmanager
+    def compiling(self, step: int) -> Iterator[None]:
+        """The first compiled step takes minutes on a fresh machine: the bar says it is compiling, with a clock."""
+        self.write(f"step {step}: compiling the model (minutes on a fresh machine, less with the compile cache)")
+        t0, done = time.perf_counter(), threading.Event()
+
+        def tick() -> None:  # Dynamo and Inductor hold the GIL in turns of 5 ms at most: this thread gets its turn
+            while not done.wait(1.0):
+                self.bar.set_description_str(f"compiling {time.perf_counter() - t0:.0f} s")
+
+        clock = threading.Thread(target=tick, name="compile-clock", daemon=True)
+        if self.info.main and not self.bar.disable:
+            clock.start()
+        try:
+            yield
+        finally:
+            done.set()
+            if clock.is_alive():
+                clock.join()
+                self.bar.set_description_str("")
 
     def step(self, step: int, loss: float, timer) -> None:
         if not self.info.main or self.bar.disable:

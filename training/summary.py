@@ -62,6 +62,12 @@ def lines(rec: dict) -> list[str]:
         if s.get("host_behind_mean") is not None:  # near 1: the host starts steps late, launch-bound
             out.append(f"host behind the GPU on {s['host_behind_mean']:.0%} of the steps (mean over ranks), worst rank "
                        f"{s['host_behind_worst_rank']} {s['host_behind_max']:.0%}")  # fmt: skip
+    c = rec.get("compile") or {}
+    if c.get("first_step_s") is not None:  # a fresh machine's minutes of compiling are part of the run's wall time
+        graphs = c.get("caches", {})
+        kept = f"kernels kept in {Path(c['cache']['file']).parent}" if c.get("cache") else "no compile cache"
+        out.append(f"compile: the first step took {c['first_step_s']:.0f} s ({graphs.get('fxgraph_cache_miss', 0)} "
+                   f"graphs built, {graphs.get('fxgraph_cache_hit', 0)} found in caches); {kept}")  # fmt: skip
     files = rec.get("files", {})
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")

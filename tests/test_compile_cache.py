@@ -1,0 +1,148 @@
+"""The compile cache: artifacts written after the first compiled step, found and used by a fresh process with empty
+local caches, and left alone (with a message, compiling anew) when made by another torch or device, or damaged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from training.compile_cache import CompileCache
+
+SHAPE = {"model": "probe", "batch_size": 2}
+
+# compiles a small module's forward and backward with CPU Inductor, then prints what the caches gave
+PROBE = """
+import json, sys, torch
+from pathlib import Path
+from training.compile_cache import CompileCache, compile_counters
+cache = CompileCache(Path(sys.argv[1]), {"model": "probe", "batch_size": 2}, "cpu")
+loaded = cache.load()
+net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)))
+net(torch.randn(2, 8)).sum().backward()
+saved = cache.save()
+print(json.dumps({"loaded": loaded, "note": cache.note, "saved": str(saved) if saved else None} | compile_counters()))
+"""
+
+
+def probe(cache_dir: Path, local: Path) -> dict:
+    """A fresh interpreter whose own (local) Inductor cache is empty: all it can find is in `cache_dir`."""
+    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(local), "TRITON_CACHE_DIR": str(local / "triton")}
+    done = subprocess.run([sys.executable, "-c", PROBE, str(cache_dir)], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> tuple[Path, dict, dict]:
+    """(cache directory, the cold process's report, the warm process's report)."""
+    root = tmp_path_factory.mktemp("compile-cache")
+    cold = probe(root / "cache", root / "local-cold")
+    warm = probe(root / "cache", root / "local-warm")
+    return root / "cache", cold, warm
+
+
+@pytest.mark.slow
+def test_first_process_builds_and_saves(saved):
+    """With nothing in the directory, the first process says so, builds every graph and writes one file."""
+    directory, cold, _ = saved
+    assert not cold["loaded"] and "none yet for this run shape" in cold["note"]
+    assert cold["caches"].get("fxgraph_cache_miss", 0) >= 2 and cold["caches"].get("fxgraph_cache_hit", 0) == 0
+    files = list(directory.glob("probe-*.bin"))
+    assert [str(p) for p in files] == [cold["saved"]]
+    header = json.loads(files[0].read_bytes().split(b"\n", 1)[0])
+    assert header["environment"]["torch"] == torch.__version__ and header["shape"] == SHAPE
+
+
+@pytest.mark.slow
+def test_fresh_process_uses_the_saved_artifacts(saved):
+    """A process with empty local caches loads the file and finds every graph in it: nothing is built again, and
+    nothing new is written (the file already holds it all)."""
+    _, cold, warm = saved
+    assert warm["loaded"] and warm["note"].startswith("loaded ")
+    assert warm["caches"].get("fxgraph_cache_hit", 0) == cold["caches"]["fxgraph_cache_miss"]
+    assert warm["caches"].get("fxgraph_cache_miss", 0) == 0 and warm["saved"] is None
+
+
+def doctored(saved, tmp_path: Path, **environment) -> CompileCache:
+    """The saved file, its header claiming another environment, where this environment's file would be."""
+    directory = saved[0]
+    (source,) = directory.glob("probe-*.bin")
+    header, payload = source.read_bytes().split(b"\n", 1)
+    header = json.loads(header)
+    header["environment"] |= environment
+    cache = CompileCache(tmp_path, SHAPE, "cpu")
+    tmp_path.mkdir(exist_ok=True)
+    cache.path.write_bytes(json.dumps(header).encode() + b"\n" + payload)
+    return cache
+
+
+@pytest.mark.slow
+def test_file_from_another_torch_is_not_loaded(saved, tmp_path):
+    """A file whose header names another torch build is refused before torch reads it; the note says what made it and
+    that the run compiles anew."""
+    cache = doctored(saved, tmp_path, torch="0.0.1")
+    assert not cache.load() and not cache.loaded
+    assert "made with torch 0.0.1 on cpu" in cache.note and "compiling anew" in cache.note
+
+
+@pytest.mark.slow
+def test_files_for_other_devices_only_are_named(saved, tmp_path):
+    """Where the directory holds this run shape's artifacts for another GPU only, the note names that GPU."""
+    other = doctored(saved, tmp_path, device="NVIDIA H100 80GB HBM3")
+    other.path.rename(other.path.with_name(other.stem + "-0123456789ab.bin"))
+    cache = CompileCache(tmp_path, SHAPE, "cpu")
+    assert not cache.load()
+    assert "for torch" in cache.note and "NVIDIA H100 80GB HBM3 only" in cache.note and "compiling anew" in cache.note
+
+
+@pytest.mark.slow
+def test_damaged_file_is_not_loaded(saved, tmp_path):
+    """A truncated file fails its checksum: not loaded, the note says so; a file that is no cache at all likewise."""
+    cache = doctored(saved, tmp_path)
+    cache.path.write_bytes(cache.path.read_bytes()[:-100])
+    assert not cache.load() and "checksum" in cache.note and str(cache.path) in cache.note
+    cache.path.write_bytes(b"\x00\x01 not json\n")
+    assert not cache.load() and "not a gpufeed compile cache" in cache.note
+
+
+def test_shape_and_environment_name_the_file(tmp_path):
+    """Another run shape is another file; the same shape in the same environment is the same file."""
+    a, b = CompileCache(tmp_path, SHAPE, "cpu"), CompileCache(tmp_path, SHAPE | {"batch_size": 4}, "cpu")
+    assert a.path != b.path and a.path == CompileCache(tmp_path, dict(SHAPE), "cpu").path
+    assert a.path.name.startswith("probe-") and a.path.parent == tmp_path
+    assert not a.load() and "none yet" in a.note  # an empty (here: missing) directory is no error
+
+
+@pytest.mark.slow
+def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp_path):
+    """`train --compile` on the CPU (Inductor): the log says it is compiling and for how long, the kernels are saved;
+    a second run with empty local caches loads them and builds no graph; summary.json says where the time went."""
+
+    def run(name: str) -> tuple[str, dict]:
+        out = tmp_path / name
+        args = ["-m", "training", "--data", str(cifar_small), "--out", str(out), "--loader", "gpu", "--model", "tiny",
+                "--batch-size", "4", "--steps", "2", "--precision", "fp32", "--device", "cpu", "--workers", "0",
+                "--no-pin-memory", "--sample-every", "0", "--ckpt-every", "0", "--no-progress", "--log-every", "2",
+                "--timing-warmup", "1", "--compile", "--compile-cache", str(tmp_path / "cache")]  # fmt: skip
+        env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"local-{name}")}
+        done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"graphs found in caches); kernels kept in {tmp_path / 'cache'}" in done.stdout  # the closing lines
+        return done.stderr, json.loads((out / "summary.json").read_text())["compile"]
+
+    log, first = run("cold")
+    assert "compile cache: none yet for this run shape" in log and "step 1: compiling the model" in log
+    assert "step 1: compiled in " in log and " built); kernels saved to " in log
+    assert first["first_step_s"] > 0 and first["phases_s"]["inductor_compile"] > 0
+    assert first["caches"]["fxgraph_cache_miss"] >= 2 and Path(first["cache"]["saved"]).is_file()
+    log, second = run("warm")
+    built = first["caches"]["fxgraph_cache_miss"]
+    assert "compile cache: loaded " in log and f"({built} graphs found in caches, 0 built)" in log
+    assert second["caches"].get("fxgraph_cache_miss", 0) == 0 and second["cache"]["loaded"]["inductor"] >= 2

@@ -1,0 +1,215 @@
+"""Compiled kernels kept between runs and machines: torch's portable compile cache, one file per run shape.
+
+A fresh machine compiles the model from nothing: Dynamo traces it, AOTAutograd derives the backward graph, Inductor
+generates the kernels and a compiler builds them (Triton on a GPU, a C++ compiler on the CPU), then autotuning picks
+among variants. `torch.compiler.save_cache_artifacts()` gathers what AOTAutograd, Inductor and the autotuner produced
+in this process, found in the local caches or made anew, into one blob; `load_cache_artifacts()` in a new process,
+on any machine, puts them back into its local caches, so its compile finds them there instead of generating and
+building them again. Dynamo's tracing is still paid. The artifacts hold for one torch build and one kind of device,
+so a file records both, is named by them, and a file made elsewhere is left alone with a message: the run compiles
+anew and saves its own beside it.
+
+The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile; copy it to
+a new machine of the same GPU and torch, or point `--compile-cache` at shared storage. What it holds is compiled code
+that runs when it is loaded: keep it as trusted as the program itself, never inside a data directory that travels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import torch
+
+FORMAT = "gpufeed-compile-cache-1"  # the first line of every file; bump when the layout changes
+
+
+def environment(device: str) -> dict:
+    """What the artifacts are valid for: the torch build and the device kind (their cache keys contain both)."""
+    env = {"torch": torch.__version__, "python": platform.python_version()}
+    if device.startswith("cuda"):
+        index = torch.device(device).index or 0
+        major, minor = torch.cuda.get_device_capability(index)
+        env |= {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}",
+                "cuda": torch.version.cuda}  # fmt: skip
+    else:
+        env |= {"device": f"cpu ({platform.machine()})"}
+    return env
+
+
+def _digest(obj: dict) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _describe(env: dict) -> str:
+    return f"torch {env.get('torch')} on {env.get('device')}"
+
+
+@dataclass
+class CompileCache:
+    """One run shape's artifacts in `directory`: `load()` before the first compiled step, `save()` after it (and at
+    the end, where more was compiled). `note` says what was found, for the run's log and summary."""
+
+    directory: Path
+    shape: dict  # what the compiled graphs depend on: model config, batch size, precision, compile mode, ranks
+    device: str
+    note: str = ""
+    loaded: dict = field(default_factory=dict)  # artifact kind -> how many were loaded
+    load_s: float = 0.0
+    held: set = field(default_factory=set)  # (kind, key) of every artifact the file holds, as loaded or saved
+
+    def __post_init__(self) -> None:
+        self.env = environment(self.device)
+        self.stem = f"{self.shape.get('model', 'model')}-{_digest(self.shape)}"
+        self.path = self.directory / f"{self.stem}-{_digest(self.env)}.bin"
+
+    def load(self) -> bool:
+        """Put this shape's artifacts into the local caches; False (and `note` says why) where there are none here."""
+        t0 = time.perf_counter()
+        if not self.path.is_file():
+            self.note = self._nothing_here()
+            return False
+        try:
+            header, payload = _read(self.path)
+        except (OSError, ValueError) as e:
+            self.note = f"{self.path}: unreadable ({e}); compiling anew, and replacing it"
+            return False
+        if header["environment"] != self.env:
+            self.note = (f"{self.path} was made with {_describe(header['environment'])}; this is "
+                         f"{_describe(self.env)}: compiling anew, and replacing it")  # fmt: skip
+            return False
+        info = torch.compiler.load_cache_artifacts(payload)
+        if info is None:
+            self.note = f"{self.path}: torch could not read its artifacts; compiling anew, and replacing it"
+            return False
+        self.loaded = {kind: len(keys) for kind, keys in info.artifacts.items() if keys}
+        self.load_s = time.perf_counter() - t0
+        self.held = _keys(info)
+        kinds = ", ".join(f"{n} {kind}" for kind, n in self.loaded.items())
+        self.note = f"loaded {kinds} artifacts from {self.path} in {self.load_s:.1f} s"
+        return True
+
+    def _nothing_here(self) -> str:
+        others = []
+        for path in sorted(self.directory.glob(f"{self.stem}-*.bin")):
+            try:
+                others.append(_describe(_read(path, header_only=True)[0]["environment"]))
+            except (OSError, ValueError):
+                continue
+        if others:
+            return (f"{self.directory} holds this model's kernels for {'; '.join(others)} only; this is "
+                    f"{_describe(self.env)}: compiling anew, saved beside them")  # fmt: skip
+        return f"none yet for this run shape in {self.directory}: compiling, then saving them there"
+
+    def save(self) -> Path | None:
+        """Write everything compiled or found in this process so far; None where it holds nothing new."""
+        artifacts = torch.compiler.save_cache_artifacts()
+        if artifacts is None or _keys(artifacts[1]) <= self.held:
+            return None
+        payload = artifacts[0]
+        sha = hashlib.sha256(payload).hexdigest()
+        header = {"format": FORMAT, "environment": self.env, "shape": self.shape, "sha256": sha,
+                  "bytes": len(payload), "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(json.dumps(header).encode() + b"\n" + payload)
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.held = _keys(artifacts[1])
+        return self.path
+
+    def to_dict(self) -> dict:
+        return {"file": str(self.path), "note": self.note, "loaded": self.loaded, "load_s": round(self.load_s, 3)}
+
+
+def _keys(info) -> set[tuple[str, str]]:
+    return {(kind, key) for kind, keys in info.artifacts.items() for key in keys}
+
+
+def _read(path: Path, header_only: bool = False) -> tuple[dict, bytes]:
+    """(header, payload) of a cache file; ValueError naming what is wrong with it."""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+        payload = b"" if header_only else f.read()
+    try:
+        header = json.loads(first)
+    except ValueError:
+        raise ValueError("not a gpufeed compile cache (no JSON header)") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ValueError(f"not a {FORMAT} file")
+    if not header_only and hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise ValueError("its artifacts do not match their checksum (truncated or damaged)")
+    return header, payload
+
+
+def compile_counters() -> dict:
+    """Where this process's compile time went and what the caches gave, from Dynamo's own counters: seconds per phase
+    (Dynamo's tracing of each frame, the backend: AOTAutograd and Inductor, Inductor's code generation, ...) and the
+    FX-graph and AOTAutograd cache hits and misses."""
+    from torch._dynamo import utils
+
+    phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
+    wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss")
+    counts = {k: v for group in ("inductor", "aot_autograd") for k, v in utils.counters[group].items() if k in wanted}
+    return {"phases_s": phases, "caches": counts}
+
+
+class Compiled:
+    """A compiled run's first step: how long it took, where the time went, and the cache around it."""
+
+    def __init__(self, cache: CompileCache | None) -> None:
+        self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
+
+    @property
+    def done(self) -> bool:
+        return self.seconds is not None
+
+    @contextmanager
+    def first_step(self) -> Iterator[None]:
+        t0 = time.perf_counter()
+        yield
+        self.seconds = time.perf_counter() - t0
+        self.since_launch = time.time() - psutil.Process().create_time()  # interpreter start, imports and set-up too
+
+    def finish(self, main: bool) -> str:
+        """After the first step: read the counters, save the artifacts (rank 0), and say so in a line."""
+        self.counters = compile_counters()
+        caches = self.counters["caches"]
+        hit, built = caches.get("fxgraph_cache_hit", 0), caches.get("fxgraph_cache_miss", 0)
+        line = f"compiled in {self.seconds:.1f} s ({hit} graphs found in caches, {built} built)"
+        if main:
+            self.save()
+        if self.saved is not None:
+            line += f"; kernels saved to {self.saved} for the next run"
+        return line
+
+    def save(self) -> None:
+        if self.cache is not None:
+            self.saved = self.cache.save() or self.saved
+
+    def to_dict(self) -> dict:
+        cache = self.cache.to_dict() | {"saved": str(self.saved) if self.saved else None} if self.cache else None
+        return {"first_step_s": self.seconds, "since_launch_s": self.since_launch, **self.counters, "cache": cache}
+
+
+def for_run(cfg, model: str, model_config: dict, device: str, world_size: int) -> Compiled:
+    """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves)."""
+    if cfg.compile_cache is None:
+        return Compiled(None)
+    shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
+             "compile_mode": cfg.compile_mode, "channels_last": cfg.channels_last, "world_size": world_size,
+             "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
+    cache = CompileCache(cfg.compile_cache, shape, device)
+    cache.load()
+    return Compiled(cache)
