@@ -20,6 +20,8 @@
 #   bash bench/studies/plan_gpu.sh curve       # the training loop's loss curve with the UNet's faster forms and previous ones
 #   bash bench/studies/plan_gpu.sh gap         # finding 2's pick (gpu) against its data-free rate: 3 alternated repeats,
 #                                              # then one profiled run each (GPU busy time and kernels per step)
+#   bash bench/studies/plan_gpu.sh coldstart   # launch to first step of compiled ddpm_cifar10: empty caches, then the
+#                                              # compile cache the cold run saved (COLD_ROUNDS pairs, default 1)
 #   bash bench/studies/plan_gpu.sh scale       # weak scaling: 1, 2, 4, 8 GPUs (as many as present), b128 per GPU
 #   bash bench/studies/plan_gpu.sh strong      # strong scaling: the same at a global batch of 512
 #
@@ -50,7 +52,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest curve gap scale strong)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest curve gap coldstart scale strong)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -250,8 +252,13 @@ for STEP in "$@"; do
                 --cpus 4 --compile --steps 600 --warmup 30 --repeats 3 --out "$RESULTS/gap" 2>&1 | tee "$OUT/gap.log" \
                 || echo "gap: FAILED"
             tar czf "$OUT/gap.tgz" --exclude=traces -C "$RESULTS" gap ;;
+        coldstart) prep; mkdir -p "$OUT"  # ~5 min a round: a cold compile, then one from the compile cache
+            $PY -m bench.studies.cold_start --data "$DATA/cifar10" --model ddpm_cifar10 --device cuda --precision bf16 \
+                --batch-size 128 --steps 400 --warmup 100 --rounds "${COLD_ROUNDS:-1}" --out "$RESULTS/coldstart" 2>&1 \
+                | tee "$OUT/coldstart.log" || echo "coldstart: FAILED"
+            tar czf "$OUT/coldstart.tgz" -C "$RESULTS" coldstart ;;
         scale) prep; scaling scale "${SCALE_CPUS:-2 4 all}" ;;
         strong) prep; scaling strong "${SCALE_CPUS:-4 all}" --global-batch 512 ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, curve, gap, scale or strong" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, curve, gap, coldstart, scale or strong" >&2; exit 2 ;;
     esac
 done

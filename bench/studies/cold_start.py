@@ -1,0 +1,108 @@
+"""Cold start: how long a compiled `train` takes from launch to its first step, from empty caches and from the compile
+cache an earlier run saved, and whether the step rate after it is the same. Runs alternate cold and warm, each one a
+fresh `train` process with its own empty local Inductor and Triton caches, as on a new machine; a cold run also gets
+an empty compile cache, a warm one a copy of what the first cold run saved. The resident loader feeds every run, so
+the data plays no part. Every run's summary is kept in the JSON; the table gives the medians per kind of start.
+
+    python -m bench.studies.cold_start --data DATA --model ddpm_cifar10 --device cuda --precision bf16 \\
+        --batch-size 128 --steps 400 --warmup 100 --rounds 2 --out bench/results/cold_start_h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..records.env import run_record, write_json_atomic
+
+PHASES = ("entire_frame_compile", "entire_backward_compile", "backend_compile", "inductor_compile",
+          "async_compile.wait")  # fmt: skip
+
+
+def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
+    """One `train --compile` in a fresh process with empty local caches; its summary and launch-to-exit seconds."""
+    work = args.out / "work" / name
+    shutil.rmtree(work, ignore_errors=True)
+    opts = ["--data", str(args.data), "--loader", "gpu", "--model", args.model, "--device", args.device,
+            "--precision", args.precision, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
+            "--timing-warmup", str(args.warmup), "--log-every", str(args.steps), "--sample-every", "0",
+            "--ckpt-every", "0", "--workers", "0", "--no-progress", "--json", "--compile", "--compile-cache",
+            str(cache), "--out", str(work / "run")]  # fmt: skip
+    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "TRITON_CACHE_DIR": str(work / "triton")}
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "training", *opts], env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    (args.out / f"{name}.log").write_text(done.stderr)
+    if done.returncode != 0:
+        raise SystemExit(f"{name}: train exited {done.returncode}; its log: {args.out / f'{name}.log'}")
+    summary = json.loads((work / "run" / "summary.json").read_text())
+    shutil.rmtree(work / "inductor", ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
+    shutil.rmtree(work / "triton", ignore_errors=True)
+    return {"name": name, "launch_to_exit_s": wall, "samples_per_s": summary["samples_per_s"],
+            "compile": summary["compile"], "steps": summary["steps"]}  # fmt: skip
+
+
+def figures(r: dict) -> list[float]:
+    """One run's row: launch to first step done, the first step, Dynamo's phases, graphs built and found, rate."""
+    c = r["compile"]
+    phases = [c["phases_s"].get(p, 0.0) for p in PHASES]
+    graphs = [c["caches"].get("fxgraph_cache_miss", 0), c["caches"].get("fxgraph_cache_hit", 0)]
+    return [c["since_launch_s"], c["first_step_s"], *phases, *graphs, r["samples_per_s"]]
+
+
+def table(runs: list[dict]) -> str:
+    """Medians per kind of start."""
+    head = ["launch to first step done, s", "first step, s", *PHASES, "graphs built", "graphs found", "samples/s"]
+    rows = ["| start | runs | " + " | ".join(head) + " |", "|---|--:|" + "--:|" * len(head)]
+    for kind in ("cold", "warm"):
+        mine = [figures(r) for r in runs if r["name"].startswith(kind)]
+        if mine:
+            medians = [statistics.median(column) for column in zip(*mine)]
+            rows.append(f"| {kind} | {len(mine)} | " + " | ".join(f"{v:,.1f}" for v in medians) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, type=Path, help="a `dataprep convert` directory")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--steps", type=int, default=6, help="steps per run, warm-up included")
+    p.add_argument("--warmup", type=int, default=3, help="steps left out of the rate")
+    p.add_argument("--rounds", type=int, default=2, help="cold-warm pairs")
+    p.add_argument("--out", required=True, type=Path)
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = args.out / "work"
+    saved = work / "saved-cache"
+    runs: list[dict] = []
+    for r in range(args.rounds):
+        cold, warm = work / f"cache-cold-{r}", work / f"cache-warm-{r}"
+        shutil.rmtree(cold, ignore_errors=True)
+        shutil.rmtree(warm, ignore_errors=True)
+        runs.append(run(args, f"cold-{r}", cold))
+        if r == 0:  # every warm run starts from what the first cold run saved
+            shutil.copytree(cold, saved, dirs_exist_ok=True)
+        shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
+        runs.append(run(args, f"warm-{r}", warm))
+        print(f"round {r}: first step done {runs[-2]['compile']['since_launch_s']:.1f} s after launch cold, "
+              f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
+    text = table(runs)
+    write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out)},
+                                                     "run": run_record(args.device), "runs": runs})  # fmt: skip
+    (args.out / "cold_start.md").write_text(text + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
