@@ -20,13 +20,15 @@ SHAPE = {"model": "probe", "batch_size": 2}
 PROBE = """
 import json, sys, torch
 from pathlib import Path
-from training.compile_cache import CompileCache, compile_counters
+from training.compile_cache import CompileCache, Compiled, compile_counters
 cache = CompileCache(Path(sys.argv[1]), {"model": "probe", "batch_size": 2}, "cpu")
-loaded = cache.load()
+loaded, compiled = cache.load(), Compiled(cache)
 net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)))
 net(torch.randn(2, 8)).sum().backward()
-saved = cache.save()
-print(json.dumps({"loaded": loaded, "note": cache.note, "saved": str(saved) if saved else None} | compile_counters()))
+compiled.save()
+saved = str(compiled.saved) if compiled.saved else None
+print(json.dumps({"loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error}
+                 | compile_counters()))
 """
 
 
@@ -84,6 +86,15 @@ def doctored(saved, tmp_path: Path, **environment) -> CompileCache:
 
 
 @pytest.mark.slow
+def test_unwritable_cache_costs_the_next_run_not_this_one(saved, tmp_path):
+    """A compile cache "directory" that is a file: the process compiles, runs on, and says why nothing was saved."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache folder should be")
+    report = probe(blocked, saved[0].parent / "local-cold")  # that local cache holds the kernels: no build again
+    assert report["saved"] is None and str(blocked) in report["error"]
+
+
+@pytest.mark.slow
 def test_file_from_another_torch_is_not_loaded(saved, tmp_path):
     """A file whose header names another torch build is refused before torch reads it; the note says what made it and
     that the run compiles anew."""
@@ -134,7 +145,7 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
         env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"local-{name}")}
         done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert f"graphs found in caches); kernels kept in {tmp_path / 'cache'}" in done.stdout  # the closing lines
+        assert f" found in caches); kernels kept in {tmp_path / 'cache'}" in done.stdout  # the closing lines
         return done.stderr, json.loads((out / "summary.json").read_text())["compile"]
 
     log, first = run("cold")

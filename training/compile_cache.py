@@ -86,9 +86,14 @@ class CompileCache:
             self.note = (f"{self.path} was made with {_describe(header['environment'])}; this is "
                          f"{_describe(self.env)}: compiling anew, and replacing it")  # fmt: skip
             return False
-        info = torch.compiler.load_cache_artifacts(payload)
+        try:
+            info = torch.compiler.load_cache_artifacts(payload)
+        except Exception as e:  # a cache must never stop a run: the compile it would have saved is still possible
+            info, why = None, f" ({type(e).__name__}: {e})"
+        else:
+            why = ""
         if info is None:
-            self.note = f"{self.path}: torch could not read its artifacts; compiling anew, and replacing it"
+            self.note = f"{self.path}: torch could not load its artifacts{why}; compiling anew, and replacing it"
             return False
         self.loaded = {kind: len(keys) for kind, keys in info.artifacts.items() if keys}
         self.load_s = time.perf_counter() - t0
@@ -146,7 +151,8 @@ def _read(path: Path, header_only: bool = False) -> tuple[dict, bytes]:
         header = json.loads(first)
     except ValueError:
         raise ValueError("not a gpufeed compile cache (no JSON header)") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
+    ours = isinstance(header, dict) and header.get("format") == FORMAT
+    if not ours or not isinstance(header.get("environment"), dict):
         raise ValueError(f"not a {FORMAT} file")
     if not header_only and hashlib.sha256(payload).hexdigest() != header.get("sha256"):
         raise ValueError("its artifacts do not match their checksum (truncated or damaged)")
@@ -170,6 +176,7 @@ class Compiled:
 
     def __init__(self, cache: CompileCache | None) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
+        self.save_error: str | None = None
 
     @property
     def done(self) -> bool:
@@ -192,14 +199,23 @@ class Compiled:
             self.save()
         if self.saved is not None:
             line += f"; kernels saved to {self.saved} for the next run"
+        if self.save_error is not None:
+            line += f"; the compile cache was not saved: {self.save_error}"
         return line
 
     def save(self) -> None:
-        if self.cache is not None:
+        """Save what is new; a full disk or an unwritable folder costs the next run its cache, never this run."""
+        if self.cache is None:
+            return
+        try:
             self.saved = self.cache.save() or self.saved
+        except OSError as e:
+            self.save_error = f"{e.filename or self.cache.directory}: {e.strerror or e}"
 
     def to_dict(self) -> dict:
-        cache = self.cache.to_dict() | {"saved": str(self.saved) if self.saved else None} if self.cache else None
+        cache = None
+        if self.cache is not None:
+            cache = self.cache.to_dict() | {"saved": str(self.saved) if self.saved else None, "error": self.save_error}
         return {"first_step_s": self.seconds, "since_launch_s": self.since_launch, **self.counters, "cache": cache}
 
 
