@@ -85,7 +85,12 @@ def cli() -> None:
               "data-parallel ranks, one GPU each; several give a scaling table and plot.")  # fmt: skip
 @click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Strong scaling: GLOBAL // N per rank "
               "at each --nproc N, instead of --batch-size.")  # fmt: skip
-@click.option("--compile/--no-compile", default=False, help="torch.compile the model (one inductor cache per grid).")
+@click.option(
+    "--compile/--no-compile",
+    default=False,
+    help="torch.compile the model (the first configuration saves its kernels to the compile cache, the rest load "
+    "them).",
+)
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
 @click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
               "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip

@@ -122,6 +122,22 @@ def test_tiny_grid_writes_json_csv_report_and_plots(image_data, tmp_path):
     assert len(list(out.glob("plot-*.png"))) == 2
 
 
+@pytest.mark.slow
+def test_compiled_grid_compiles_once(image_data, tmp_path, monkeypatch):
+    """With --compile the first configuration's process builds the model's kernels and saves them to the compile
+    cache; the next configuration's fresh process loads them and builds no graph."""
+    monkeypatch.setenv("GPUFEED_COMPILE_CACHE", str(tmp_path / "cache"))
+    cfg = GridConfig(data=image_data, out=tmp_path / "results", backends=("gpu",), batch_sizes=(8,), model="tiny",
+                     steps=2, warmup=1, device="cpu", compile=True, precision="fp32", progress=False)  # fmt: skip
+    outcome = run_grid(cfg, echo=lambda line: None)
+    assert not outcome.failed and len(outcome.done) == 2
+    records = [json.loads(p.read_text()) for p in sorted(cfg.out.glob("*.json"), key=lambda p: p.stat().st_mtime)]
+    first, second = (r["figures"]["compile"] for r in records)
+    assert "none yet" in first["cache"]["note"] and Path(first["cache"]["saved"]).parent == tmp_path / "cache"
+    assert first["caches"]["fxgraph_cache_miss"] >= 2
+    assert second["cache"]["loaded"]["inductor"] >= 2 and second["caches"].get("fxgraph_cache_miss", 0) == 0
+
+
 def _run_one_children(out: Path) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter(["cmdline"]):

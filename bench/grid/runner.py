@@ -4,7 +4,9 @@ A fresh process per configuration means no configuration inherits another's warm
 space, leftover worker processes, allocator state or pinned-memory pool. Each child is its own process group, so
 Ctrl-C reaches only this parent, which stops the running child (and its workers) and keeps every finished JSON;
 rerunning with `resume` skips them. torch.compile's warm-up is paid once per grid, not per configuration: the
-children share a persistent inductor cache (TORCHINDUCTOR_CACHE_DIR, FX graph and AOT autograd caches)."""
+children share a persistent inductor cache (TORCHINDUCTOR_CACHE_DIR, FX graph and AOT autograd caches), and each
+`train` loop loads and saves the compile cache (training.compile_cache), so the next grid, on this machine or another
+of the same GPU, builds nothing either."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class GridConfig:
     cpus: int | None = None  # cores per run (per rank), as on a node with fewer cores per GPU; None: all allowed
     nproc: tuple[int, ...] = (1,)  # data-parallel ranks under torchrun, one GPU each; several: a scaling table
     global_batch: int | None = None  # strong scaling: global_batch // nproc per rank instead of batch_sizes
-    compile: bool = False  # torch.compile the model (cache shared by the grid)
+    compile: bool = False  # torch.compile the model (its kernels shared through the compile cache, see train)
     precision: str = "bf16"  # the training loop's default
     repeats: int = 1  # >= 2 on the GPU for a run-to-run range
     crosscheck: bool = False  # add one profiled run per configuration: trace-derived starvation (GPU only)
