@@ -112,9 +112,11 @@ def convert(cfg: ConvertConfig) -> dict:
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
         if encoder is not None:  # the first chunk apart: it holds the compiling, the rest is the encoder's pace
-            (_, first_s), *rest = encoder.chunks
+            (_, first_s, _), *rest = encoder.chunks
             times.add("encode: the first chunk (a thread)", first_s)
-            times.add("encode: the other chunks (a thread)", sum(s for _, s in rest))
+            times.add("encode: the other chunks (a thread)", sum(s for _, s, _ in rest))
+            # near the line above: the thread was late queuing the GPU's work (host-bound); far below: the GPU was
+            times.add("encode: queuing their GPU work (a thread)", sum(q for *_, q in rest))
         if hasattr(source, "decode_cpu_s"):
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = _finish_all(writers, tmp, cfg.workers, times)

@@ -55,7 +55,8 @@ class LatentEncoder:
         self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
-        self.chunks: list[tuple[int, float]] = []  # (samples, wall seconds) of each encode(); the first compiles
+        # (samples, wall seconds, seconds to queue the work) of each encode(); the first compiles
+        self.chunks: list[tuple[int, float, float]] = []
 
     def describe(self) -> dict:
         return {
@@ -74,8 +75,8 @@ class LatentEncoder:
     def pace(self) -> float | None:
         """Samples encoded per second after the first chunk (which holds compiling and warm-up); None for one chunk."""
         rest = self.chunks[1:]
-        seconds = sum(s for _, s in rest)
-        return round(sum(n for n, _ in rest) / seconds, 1) if rest and seconds > 0 else None
+        seconds = sum(s for _, s, _ in rest)
+        return round(sum(n for n, *_ in rest) / seconds, 1) if rest and seconds > 0 else None
 
     def _inputs(self, x: np.ndarray) -> torch.Tensor:
         """A piece as the autoencoder takes it, mirrored views appended after the originals. From pinned memory, so
@@ -127,13 +128,14 @@ class LatentEncoder:
         t0, bs = time.perf_counter(), self.batch_size
         starts = range(0, len(chunk), bs)
         mine = {s: self._encode(chunk.x[s : s + bs]) for k, s in enumerate(starts) if k % self.world == self.rank}
+        queued = time.perf_counter() - t0
         mine = {s: v.cpu().numpy() for s, v in mine.items()}
         if self.world > 1:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
         out = Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
-        self.chunks.append((len(chunk), time.perf_counter() - t0))
+        self.chunks.append((len(chunk), time.perf_counter() - t0, queued))
         return out
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
