@@ -7,8 +7,8 @@
 #   bash bench/studies/plan_latent.sh cached cached2 cached4   # DiT-B/2 b256 compiled on cached latents, every
 #                                                             # backend on all cores, on 2 (--cpus 2) and on 4
 #   bash bench/studies/plan_latent.sh online online2 online4   # the same, encoding each batch in the step (--vae)
-#   bash bench/studies/plan_latent.sh audio audio2   # spoken digits made 10.24 s, AudioLDM-shaped VAE, DiT-B/2 b64,
-#                                                    # all cores, then 2
+#   bash bench/studies/plan_latent.sh audio audio2 audio4   # spoken digits made 10.24 s, AudioLDM-shaped VAE,
+#                                                    # DiT-B/2 b64, all cores, then 2, then 4
 #   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
 #
 # Data: the first IMG_N (default 10,000) CIFAR-10 train JPEGs, made 256 px by `dataprep convert --size 256`
@@ -62,6 +62,9 @@ audio_data() {
   cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
   python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 64 \
     --json "$R/audio_prep/encoder_rate.json"
+  # at the conversion's own batch too: a clip has no mirror, so 32 clips are 32 encodings (an image batch of 64 is 128)
+  python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 32 \
+    --json "$R/audio_prep/encoder_rate_b32.json"
   archive audio_prep
 }
 
@@ -95,6 +98,9 @@ for step in "$@"; do
     audio2) audio_data
       grid audio_cached_cpus2 "$D/alat" --backends "$BACKENDS" --workers 2 --cpus 2 "${ALAT[@]}"
       grid audio_online_cpus2 "$D/awav" --backends "$BACKENDS" --workers 2 --cpus 2 "${AONL[@]}" ;;
+    audio4) audio_data
+      grid audio_cached_cpus4 "$D/alat" --backends "$BACKENDS" --workers 4 --cpus 4 "${ALAT[@]}"
+      grid audio_online_cpus4 "$D/awav" --backends "$BACKENDS" --workers 4 --cpus 4 "${AONL[@]}" ;;
     gputest)
       mkdir -p "$R/gputest"
       python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true
