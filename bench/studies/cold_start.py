@@ -69,6 +69,37 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def plot(runs: list[dict], path: Path, title: str) -> Path:
+    """One bar per run, launch to first step done: set-up before the first step, then the first step's compile of
+    the forward and of the backward (Dynamo's frame times, the backend's work inside them) and the rest of the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    parts = {"set-up before the first step": [], "compile, forward": [], "compile, backward": [], "rest of step 1": []}
+    for r in runs:
+        c = r["compile"]
+        forward = c["phases_s"].get("entire_frame_compile", 0.0)
+        backward = c["phases_s"].get("entire_backward_compile", 0.0)
+        for name, value in zip(parts, (c["since_launch_s"] - c["first_step_s"], forward, backward,
+                                       max(0.0, c["first_step_s"] - forward - backward))):  # fmt: skip
+            parts[name].append(value)
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 1.6))
+    left = [0.0] * len(runs)
+    for (name, values), color in zip(parts.items(), ("tab:gray", "tab:blue", "tab:purple", "tab:orange")):
+        ax.barh([r["name"] for r in runs], values, left=left, label=name, color=color)
+        left = [a + b for a, b in zip(left, values)]
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from launch")
+    ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, type=Path, help="a `dataprep convert` directory")
@@ -100,6 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out)},
                                                      "run": run_record(args.device), "runs": runs})  # fmt: skip
     (args.out / "cold_start.md").write_text(text + "\n")
+    plot(runs, args.out / "cold_start.png", f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: "
+         "launch to first step, empty caches (cold) and the compile cache (warm)")  # fmt: skip
     shutil.rmtree(work, ignore_errors=True)
     print(text)
 
