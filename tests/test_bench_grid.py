@@ -127,6 +127,9 @@ def test_compiled_grid_compiles_once(image_data, tmp_path, monkeypatch):
     """With --compile the first configuration's process builds the model's kernels and saves them to the compile
     cache; the next configuration's fresh process loads them and builds no graph."""
     monkeypatch.setenv("GPUFEED_COMPILE_CACHE", str(tmp_path / "cache"))
+    # the grid's own local cache, empty: torch sets this variable in any process that compiled before, and the grid
+    # keeps a value it finds (/tmp/torchinductor_USER, warm from earlier runs, would give the first process hits)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     cfg = GridConfig(data=image_data, out=tmp_path / "results", backends=("gpu",), batch_sizes=(8,), model="tiny",
                      steps=2, warmup=1, device="cpu", compile=True, precision="fp32", progress=False)  # fmt: skip
     outcome = run_grid(cfg, echo=lambda line: None)
