@@ -152,6 +152,7 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
     assert "compile cache: none yet for this run shape" in log and "step 1: compiling the model" in log
     assert "step 1: compiled in " in log and " built); kernels saved to " in log
     assert first["first_step_s"] > 0 and first["phases_s"]["inductor_compile"] > 0
+    assert first["timed_since_launch_s"] > first["since_launch_s"]  # the timed step 2 starts after step 1 is done
     assert first["caches"]["fxgraph_cache_miss"] >= 2 and Path(first["cache"]["saved"]).is_file()
     log, second = run("warm")
     built = first["caches"]["fxgraph_cache_miss"]

@@ -176,6 +176,7 @@ class Compiled:
 
     def __init__(self, cache: CompileCache | None) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
+        self.timed_since_launch: float | None = None
         self.save_error: str | None = None
 
     @property
@@ -188,6 +189,10 @@ class Compiled:
         yield
         self.seconds = time.perf_counter() - t0
         self.since_launch = time.time() - psutil.Process().create_time()  # interpreter start, imports and set-up too
+
+    def timed_steps_begin(self) -> None:
+        """The first timed step starts: since launch, with what the warm-up steps held (CUDA-graph capture)."""
+        self.timed_since_launch = time.time() - psutil.Process().create_time()
 
     def finish(self, main: bool) -> str:
         """After the first step: read the counters, save the artifacts (rank 0), and say so in a line."""
@@ -216,7 +221,8 @@ class Compiled:
         cache = None
         if self.cache is not None:
             cache = self.cache.to_dict() | {"saved": str(self.saved) if self.saved else None, "error": self.save_error}
-        return {"first_step_s": self.seconds, "since_launch_s": self.since_launch, **self.counters, "cache": cache}
+        return {"first_step_s": self.seconds, "since_launch_s": self.since_launch,
+                "timed_since_launch_s": self.timed_since_launch, **self.counters, "cache": cache}  # fmt: skip
 
 
 def for_run(cfg, model: str, model_config: dict, device: str, world_size: int) -> Compiled:

@@ -215,6 +215,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             x0 = batch.x if encoder is None else encoder(batch.x)
             flops = count_flops(x0, batch.y if conditional else None)
             sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
+        if compiled is not None and step == start_step + cfg.timing_warmup:
+            compiled.timed_steps_begin()
         timer.step_begin()
         if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
             with log.compiling(step + 1), compiled.first_step():

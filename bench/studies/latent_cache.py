@@ -77,13 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--batch-size", type=int, default=64)
     r.add_argument("--steps", type=int, default=30)
     r.add_argument("--device", default="cuda")
+    r.add_argument("--modes", default="eager,compiled", help="eager, compiled or both, comma-separated")
     r.add_argument("--json", type=Path, required=True)
     args = p.parse_args(argv)
     if args.cmd == "vaes":
         print(json.dumps(build_vaes(args.out)))
         return 0
     shape = tuple(int(s) for s in args.shape.split(","))
-    rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, c, args.device) for c in (False, True)]
+    modes = [m.strip() for m in args.modes.split(",")]
+    if not modes or set(modes) - {"eager", "compiled"}:
+        p.error(f"--modes takes eager, compiled or both, not {args.modes!r}")
+    rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, m == "compiled", args.device) for m in modes]
     args.json.write_text(json.dumps(rows, indent=1) + "\n")
     for row in rows:
         mode = "compiled" if row["compile"] else "eager"

@@ -29,7 +29,7 @@ mkdir -p "$OUT" "$R" "$D"
 START=$(date +%s)
 left() { echo $(( MINUTES - ($(date +%s) - START) / 60 )); }
 archive() { tar czf "$OUT/$1.tgz" -C "$R" "$1" 2>/dev/null || true; }
-archive_of() { for a in .devdata/$1 ../shared/datasets; do [ -f "$a/$2" ] && { echo "$a/$2"; return; }; done; echo "missing $2" >&2; exit 1; }
+archive_of() { for a in .devdata/$1 .devdata ../shared/datasets; do [ -f "$a/$2" ] && { echo "$a/$2"; return; }; done; echo "missing $2" >&2; exit 1; }
 
 grid() {  # grid STEP DATA ARGS...: one bench loaders grid, resumed, inside the call's minutes
   local step=$1 data=$2; shift 2
@@ -64,7 +64,14 @@ audio_data() {
     --json "$R/audio_prep/encoder_rate.json"
   # at the conversion's own batch too: a clip has no mirror, so 32 clips are 32 encodings (an image batch of 64 is 128)
   python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 32 \
-    --json "$R/audio_prep/encoder_rate_b32.json"
+    --modes eager --json "$R/audio_prep/encoder_rate_b32.json"
+  # where the conversion's pace goes: its encoding path a step at a time, then the conversion itself sampled by py-spy
+  python3 -m bench.studies.encode_pace --vae "$D/vaes/audioldm" --clip-seconds 10.24 --batch-size 32 \
+    --json "$R/audio_prep/encode_pace.json" --profile "$R/audio_prep/encode_pace_profile.txt" || true
+  if command -v py-spy >/dev/null; then
+    py-spy record -s -t -r 50 -f raw -o "$R/audio_prep/convert_latents_pyspy.txt" -- "${a[@]}" --vae "$D/vaes/audioldm" \
+      --batch-size 32 --output "$D/alat_spy" 2>&1 | tail -5 || true
+  fi
   archive audio_prep
 }
 
