@@ -345,13 +345,13 @@ def test_out_of_memory_halves_the_pieces(latent_pixels, image_vae, capsys):
 
 
 def test_compiled_encoding_keeps_one_shape(latent_pixels, image_vae):
-    """Compiled, every call of the autoencoder has the same batch shape (a short last piece is padded, so nothing is
-    compiled twice), and the padding leaves the stored latents what an unpadded encoding gives."""
+    """Compiled or on a GPU, every call of the autoencoder has the same batch shape (a short last piece is padded, so
+    nothing is compiled or captured twice), and the padding leaves the stored latents what an unpadded encoding gives."""
     x, y = pixels(latent_pixels)
     x, y = x[:21], y[:21]
     expected = encoder(image_vae, batch_size=8).encode(Chunk(x, y)).x
     enc = encoder(image_vae, batch_size=8)
-    enc.compiled = True  # the padding is the encoder's; torch.compile itself is exercised by the GPU tests
+    enc.one_shape = True  # as compiled or on a GPU; torch.compile and the CUDA graphs are exercised by the GPU tests
     calls = fails_above(enc, 10**6)
     got = enc.encode(Chunk(x, y)).x
     assert calls == [16, 16, 16] and got.shape == expected.shape

@@ -41,6 +41,24 @@ def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
     assert np.abs(mean_a - mean_b).max() <= 0.05 * np.abs(mean_b).max()
 
 
+def test_eager_gpu_encoder_replays_one_graph_per_shape_and_matches_plain_eager(sd_vae):
+    """The conversion's eager GPU encoder is a CUDA graph: each replay reads its new input, and gives what the plain
+    eager forward gives (the same kernels)."""
+    from dataprep.latents import load_vae
+    from dataprep.latents.graphed import GraphedMoments
+
+    vae = load_vae(sd_vae, "cuda")
+    graphed = GraphedMoments(vae.moments, torch.bfloat16)
+    x = torch.randn(4, 3, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", torch.bfloat16):
+        for scale in (1.0, -0.5):
+            got = [t.clone() for t in graphed(x * scale)]
+            want = vae.moments(x * scale)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, rtol=2e-2, atol=2e-2)
+    assert len(graphed.graphs) == 1
+
+
 def test_compiled_encoding_compiles_once_and_matches_eager(sd_vae, tmp_path):
     """--compile with a short last batch (200 images, batches of 64) compiles the encoder for one shape only and
     stores the eager encoding's means to bf16 accuracy."""

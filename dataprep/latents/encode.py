@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..sources.base import AudioSpec, Chunk
+from .graphed import GraphedMoments
 from .vae import Vae, VaeError
 
 VIEWS = {"image": ("image", "mirrored"), "audio": ("clip",)}
@@ -51,8 +52,13 @@ class LatentEncoder:
         autocast = precision == "bf16" and self.device.type == "cuda"
         self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
         self.precision = "bf16" if autocast else "fp32"
-        self.compiled = compile
-        self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
+        if compile:
+            self._moments = torch.compile(vae.moments, dynamic=False)
+        elif self.device.type == "cuda":  # eager on a GPU: one graph replay per batch (graphed.py says why)
+            self._moments = GraphedMoments(vae.moments, torch.bfloat16 if autocast else None)
+        else:
+            self._moments = vae.moments
+        self.one_shape = compile or self.device.type == "cuda"  # a new shape costs a compile or a capture
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
         # (samples, wall seconds, seconds to queue the work) of each encode(); the first compiles
@@ -92,15 +98,15 @@ class LatentEncoder:
         return t.contiguous(memory_format=torch.channels_last) if t.is_cuda else t
 
     def _encode(self, x: np.ndarray) -> torch.Tensor:
-        """(n, V, 2, C, h, w) float16 on the device for n samples, `self.piece` at a time. Compiled, a short last
-        piece is padded to the full size: a new shape would be compiled anew (tens of seconds for an SD-sized
-        encoder). Halves the pieces when the GPU runs out of memory (the batches stay as they are: under torchrun
-        they are what the ranks share out)."""
+        """(n, V, 2, C, h, w) float16 on the device for n samples, `self.piece` at a time. Compiled or on a GPU, a
+        short last piece is padded to the full size: a new shape would be compiled anew (tens of seconds for an
+        SD-sized encoder) or captured anew (a graph's memory each). Halves the pieces when the GPU runs out of memory
+        (the batches stay as they are: under torchrun they are what the ranks share out)."""
         out, start = [], 0
         while start < len(x):
             piece = x[start : start + self.piece]
             n = len(piece)
-            if self.compiled and n < self.piece:
+            if self.one_shape and n < self.piece:
                 piece = np.concatenate([piece, np.repeat(piece[-1:], self.piece - n, axis=0)])
             try:
                 with self.autocast:
@@ -117,6 +123,8 @@ class LatentEncoder:
         if self.piece == 1:
             raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or convert on "
                            "another device (--device cpu)")  # fmt: skip
+        if isinstance(self._moments, GraphedMoments):
+            self._moments.reset()
         torch.cuda.empty_cache()
         self.piece //= 2
         print(f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "
