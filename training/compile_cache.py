@@ -166,7 +166,9 @@ def compile_counters() -> dict:
     from torch._dynamo import utils
 
     phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
-    wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss")
+    # a bypass (neither hit nor miss) means AOTAutograd's cache was not used at all: the joint graph is traced anew
+    wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss",
+              "autograd_cache_bypass")  # fmt: skip
     counts = {k: v for group in ("inductor", "aot_autograd") for k, v in utils.counters[group].items() if k in wanted}
     return {"phases_s": phases, "caches": counts}
 

@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out)},
                                                      "run": run_record(args.device), "runs": runs})  # fmt: skip
     (args.out / "cold_start.md").write_text(text + "\n")
-    plot(runs, args.out / "cold_start.png", f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: "
-         "launch to first step, empty caches (cold) and the compile cache (warm)")  # fmt: skip
+    title = f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: launch to first step, cold, warm"
+    plot(runs, args.out / "cold_start.png", title)
     shutil.rmtree(work, ignore_errors=True)
     print(text)
 

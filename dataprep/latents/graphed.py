@@ -48,6 +48,7 @@ class GraphedMoments:
         with torch.cuda.stream(side), autocast:
             self.moments(static_in)  # warm-up outside the graph: cuDNN chooses its algorithms, the allocator its blocks
         torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
         graph = torch.cuda.CUDAGraph()
         # thread-local: the converting process's other threads never touch this GPU, but must not break the capture
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:
