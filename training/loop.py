@@ -140,6 +140,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         loader = open_loader(cfg, choice, device, info, kind)
         cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
+    if compiled is not None:
+        compiled.mark("loader open")
     t_stream = time.perf_counter()
     stream = EpochStream(loader, epoch, position)
     if state is not None:
@@ -210,11 +212,15 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
+            if compiled is not None:
+                compiled.mark("first batch in hand")
             if encoder is None:
                 check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
             x0 = batch.x if encoder is None else encoder(batch.x)
             flops = count_flops(x0, batch.y if conditional else None)
             sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
+            if compiled is not None:
+                compiled.mark("FLOPs counted")
         if compiled is not None and step == start_step + cfg.timing_warmup:
             compiled.timed_steps_begin()
         timer.step_begin()

@@ -79,31 +79,50 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
+SET_UP = {"model built, compile cache loaded": "interpreter, imports, CUDA, model, compile cache",
+          "loader open": "opening the loader", "first batch in hand": "the first batch",
+          "FLOPs counted": "the FLOP count"}  # fmt: skip
+
+
+def pieces(c: dict) -> dict[str, float]:
+    """Launch to first step done, in pieces: the set-up between the marks the run recorded (runs without them: one
+    piece), the rest of the set-up, then the first step's compile of the forward and of the backward (Dynamo's frame
+    times, the backend's work inside them) and the rest of the step."""
+    out, last = {}, 0.0
+    for mark, at in c.get("set_up_s", {}).items():
+        out[SET_UP.get(mark, mark)], last = at - last, at
+    out["set-up before the first step" if not out else "the rest of the set-up"] = (
+        c["since_launch_s"] - c["first_step_s"] - last
+    )
+    forward = c["phases_s"].get("entire_frame_compile", 0.0)
+    backward = c["phases_s"].get("entire_backward_compile", 0.0)
+    rest = max(0.0, c["first_step_s"] - forward - backward)
+    return out | {"compile, forward": forward, "compile, backward": backward, "rest of step 1": rest}
+
+
 def plot(runs: list[dict], path: Path, title: str) -> Path:
-    """One bar per run, launch to first step done: set-up before the first step, then the first step's compile of
-    the forward and of the backward (Dynamo's frame times, the backend's work inside them) and the rest of the step."""
+    """One bar per run, launch to first step done, in the pieces above."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    parts = {"set-up before the first step": [], "compile, forward": [], "compile, backward": [], "rest of step 1": []}
-    for r in runs:
-        c = r["compile"]
-        forward = c["phases_s"].get("entire_frame_compile", 0.0)
-        backward = c["phases_s"].get("entire_backward_compile", 0.0)
-        for name, value in zip(parts, (c["since_launch_s"] - c["first_step_s"], forward, backward,
-                                       max(0.0, c["first_step_s"] - forward - backward))):  # fmt: skip
-            parts[name].append(value)
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 1.6))
+    per_run = [pieces(r["compile"]) for r in runs]
+    order = [*SET_UP.values(), "set-up before the first step", "the rest of the set-up"]
+    names = [n for n in order if any(n in p for p in per_run)] + [n for n in per_run[0] if n not in order]
+    parts = {name: [p.get(name, 0.0) for p in per_run] for name in names}
+    fig, ax = plt.subplots(figsize=(12, 0.6 * len(runs) + 1.8))
     left = [0.0] * len(runs)
-    for (name, values), color in zip(parts.items(), ("tab:gray", "tab:blue", "tab:purple", "tab:orange")):
+    greys = iter(plt.cm.Greys([0.75, 0.6, 0.45, 0.3, 0.2, 0.5]))
+    colors = {"compile, forward": "tab:blue", "compile, backward": "tab:purple", "rest of step 1": "tab:orange"}
+    for name, values in parts.items():
+        color = colors.get(name) or next(greys)
         ax.barh([r["name"] for r in runs], values, left=left, label=name, color=color)
         left = [a + b for a, b in zip(left, values)]
     ax.invert_yaxis()
     ax.set_xlabel("seconds from launch")
     ax.set_title(title)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
