@@ -8,7 +8,9 @@
 #                                                             # backend on all cores, on 2 (--cpus 2) and on 4
 #   bash bench/studies/plan_latent.sh online online2 online4   # the same, encoding each batch in the step (--vae)
 #   bash bench/studies/plan_latent.sh audio audio2 audio4   # spoken digits made 10.24 s, AudioLDM-shaped VAE,
-#                                                    # DiT-B/2 b64, all cores, then 2, then 4
+#                                                    # DiT-B/2 b64, all cores, then 2, then 4; the audio prep also
+#                                                    # times the encoding path alone (encode_pace) and, where py-spy
+#                                                    # is on the PATH, samples every thread of the conversion
 #   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
 #
 # Data: the first IMG_N (default 10,000) CIFAR-10 train JPEGs, made 256 px by `dataprep convert --size 256`
