@@ -162,3 +162,6 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
     built = first["caches"]["fxgraph_cache_miss"]
     assert "compile cache: loaded " in log and f"({built} graphs found in caches, 0 built)" in log
     assert second["caches"].get("fxgraph_cache_miss", 0) == 0 and second["cache"]["loaded"]["inductor"] >= 2
+    # AOTAutograd's cache too, though the UNet holds a custom autograd.Function: the joint graph is not traced again
+    assert first["caches"]["autograd_cache_miss"] == 1 and "autograd_cache_bypass" not in first["caches"]
+    assert second["caches"]["autograd_cache_hit"] == 1 and second["cache"]["loaded"]["aot_autograd"] == 1

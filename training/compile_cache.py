@@ -239,8 +239,20 @@ class Compiled:
                 "cache": cache}  # fmt: skip
 
 
+def cache_custom_autograd_functions() -> None:
+    """Let AOTAutograd's cache keep graphs that hold a custom autograd.Function, as the UNet's skip concatenation
+    (model._CatDenseGrad) is. torch bypasses that cache for them by default, as a Function's Python could change
+    unseen; Dynamo traces this one's forward and backward into the graph, so a changed backward is a new key (a CPU
+    check: a cache miss and other gradients). Bypassed, every process traced the joint graph again: 22 s of an H100's
+    start from the compile cache. Older torch has no such switch and keeps bypassing."""
+    config = torch._functorch.config
+    if hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
+        config.autograd_cache_allow_custom_autograd_functions = True
+
+
 def for_run(cfg, model: str, model_config: dict, device: str, world_size: int) -> Compiled:
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves)."""
+    cache_custom_autograd_functions()
     if cfg.compile_cache is None:
         return Compiled(None)
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
