@@ -346,7 +346,7 @@ def test_out_of_memory_halves_the_pieces(latent_pixels, image_vae, capsys):
 
 def test_compiled_encoding_keeps_one_shape(latent_pixels, image_vae):
     """Compiled or on a GPU, every call of the autoencoder has the same batch shape (a short last piece is padded, so
-    nothing is compiled or captured twice), and the padding leaves the stored latents what an unpadded encoding gives."""
+    nothing is compiled or captured twice), and the padding leaves the stored latents as an unpadded encoding."""
     x, y = pixels(latent_pixels)
     x, y = x[:21], y[:21]
     expected = encoder(image_vae, batch_size=8).encode(Chunk(x, y)).x
