@@ -79,7 +79,7 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
-SET_UP = {"model built, compile cache loaded": "interpreter, imports, CUDA, model, compile cache",
+SET_UP = {"model built, compile cache loaded": "interpreter, imports, device, model, compile cache",
           "loader open": "opening the loader", "first batch in hand": "the first batch",
           "FLOPs counted": "the FLOP count"}  # fmt: skip
 
