@@ -59,6 +59,29 @@ def test_eager_gpu_encoder_replays_one_graph_per_shape_and_matches_plain_eager(s
     assert len(graphed.graphs) == 1
 
 
+def test_eager_gpu_audio_encoder_graphs_the_mel_too_and_matches_plain_eager(tmp_path):
+    """Clips: AudioLDM's mel is captured in the encoder's graph (one graph for a short last batch too, padded), and
+    the latents are those of the mel and encoder run eagerly, step by step."""
+    from latent_helpers import build_audio_vae
+
+    from dataprep.latents import load_vae
+    from dataprep.latents.encode import LatentEncoder
+    from dataprep.sources.base import AudioSpec, Chunk
+
+    vae = load_vae(build_audio_vae(tmp_path / "audio"), "cuda")
+    spec = AudioSpec(sample_rate=16000, clip_seconds=0.64, channels=1)
+    waves = (0.1 * np.random.default_rng(0).standard_normal((6, spec.num_samples))).astype(np.float32)
+    chunk = Chunk(waves, np.zeros(6, np.int64))
+    enc = LatentEncoder(vae, "audio", waves.shape[1:], spec, batch_size=4, precision="bf16")
+    graphed = enc.encode(chunk).x
+    assert list(enc._graphed.graphs) == [((4, spec.num_samples), torch.float32, (spec.num_samples, 1))]
+    assert None not in enc._graphed.graphs.values()  # captured, not fallen back to eager
+    enc._graphed = None
+    eager = enc.encode(chunk).x
+    assert graphed.shape == eager.shape == (6, 1, 2, 8, 16, 16)
+    np.testing.assert_allclose(graphed.astype(np.float32), eager.astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
 def test_compiled_encoding_compiles_once_and_matches_eager(sd_vae, tmp_path):
     """--compile with a short last batch (200 images, batches of 64) compiles the encoder for one shape only and
     stores the eager encoding's means to bf16 accuracy."""

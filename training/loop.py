@@ -194,11 +194,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         return host, done
 
     def count_flops(x: torch.Tensor, y: torch.Tensor | None) -> float:
-        # its forward/backward must leave no trace: same RNG afterwards (resume equality) and no stray gradients
-        with torch.random.fork_rng(devices=[torch.device(device)] if cuda else []):
-            flops = count_train_flops(model, diffusion, x, y)
-        model.zero_grad(set_to_none=True)
-        return flops
+        # on the meta device, from shapes alone: a real pass ran eagerly in fp32 before the first step, autotuning
+        # cuDNN for convolutions the bf16 step never runs, and had to keep the RNG and the gradients untouched.
+        # Attention counts as its matmuls (a fused kernel's backward recompute is not the model's work)
+        with torch.device("meta"):
+            shadow = mcfg.build()
+        meta = [None if t is None else t.to("meta") for t in (x, y)]
+        return count_train_flops(shadow, GaussianDiffusion().to("meta"), *meta)
 
     def drain(keep: int = 0) -> None:
         while len(pending) > keep:

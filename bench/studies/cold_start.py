@@ -43,10 +43,28 @@ def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"{name}: train exited {done.returncode}; its log: {args.out / f'{name}.log'}")
     summary = json.loads((work / "run" / "summary.json").read_text())
+    tuned = autotune_results(work / "inductor", t0)
+    write_json_atomic(args.out / f"{name}-autotune.json", tuned)
     shutil.rmtree(work / "inductor", ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
     shutil.rmtree(work / "triton", ignore_errors=True)
     return {"name": name, "launch_to_exit_s": wall, "samples_per_s": summary["samples_per_s"],
-            "compile": summary["compile"], "steps": summary["steps"]}  # fmt: skip
+            "compile": summary["compile"], "steps": summary["steps"], "autotune_results": len(tuned)}  # fmt: skip
+
+
+def autotune_results(inductor: Path, t0: float) -> dict:
+    """Triton's autotuning results in a run's Inductor cache: each file's path, when it was last written (seconds
+    after launch) and what it holds. A warm run should find the cold run's results there, put back by the compile
+    cache as it loads, and benchmark nothing: a result written again late, or under another name, was tuned anew."""
+    launch = time.time() - (time.perf_counter() - t0)
+    return {str(f.relative_to(inductor)): {"written_s": round(f.stat().st_mtime - launch, 1), "best": _json(f)}
+            for f in sorted(inductor.rglob("*.best_config"))}  # fmt: skip
+
+
+def _json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return f"unreadable: {e}"
 
 
 def figures(r: dict) -> list[float]:

@@ -8,7 +8,8 @@
 #                                                             # backend on all cores, on 2 (--cpus 2) and on 4
 #   bash bench/studies/plan_latent.sh online online2 online4   # the same, encoding each batch in the step (--vae)
 #   bash bench/studies/plan_latent.sh audio audio2 audio4   # spoken digits made 10.24 s, AudioLDM-shaped VAE,
-#                                                    # DiT-B/2 b64, all cores, then 2, then 4; the audio prep also
+#                                                    # DiT-B/2 b64, all cores, then 2, then 4 (one grid alone by its
+#                                                    # name: audio_online_cpus4, audio_cached, ...); the audio prep also
 #                                                    # times the encoding path alone (encode_pace) and, where py-spy
 #                                                    # is on the PATH, samples every thread of the conversion
 #   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
@@ -51,6 +52,10 @@ images() {
   "${CONVERT[@]}" --format "$FORMATS" --vae "$D/vaes/sd" --batch-size 64 --output "$D/lat256" 2>&1 \
     | tee "$R/prep/convert_latents.txt"
   cp "$D/lat256/manifest.json" "$R/prep/manifest_latents.json"
+  # the eager encoder's own rate on this machine, at the conversion's 128 encodings per batch (64 images, mirrored)
+  python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/sd" --shape 3,256,256 --batch-size 128 \
+    --modes eager --json "$R/prep/encoder_rate_eager.json"
+  archive prep
 }
 
 audio_data() {
@@ -62,9 +67,7 @@ audio_data() {
   "${a[@]}" --output "$D/awav" 2>&1 | tee "$R/audio_prep/convert_clips.txt"
   "${a[@]}" --vae "$D/vaes/audioldm" --batch-size 32 --output "$D/alat" 2>&1 | tee "$R/audio_prep/convert_latents.txt"
   cp "$D/alat/manifest.json" "$R/audio_prep/manifest_latents.json"
-  python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 64 \
-    --json "$R/audio_prep/encoder_rate.json"
-  # at the conversion's own batch too: a clip has no mirror, so 32 clips are 32 encodings (an image batch of 64 is 128)
+  # at the conversion's own batch: a clip has no mirror, so 32 clips are 32 encodings (an image batch of 64 is 128)
   python3 -m bench.studies.latent_cache encoder-rate --vae "$D/vaes/audioldm" --shape 1,1024,64 --batch-size 32 \
     --modes eager --json "$R/audio_prep/encoder_rate_b32.json"
   # where the conversion's pace goes: its encoding path a step at a time, then the conversion itself sampled by py-spy
@@ -84,6 +87,13 @@ LAT=(--batch-size 256 --steps 60 --warmup 15)
 ONL=(--vae "$D/vaes/sd" --batch-size 256 --steps 40 --warmup 10)
 ALAT=(--batch-size 64 --steps 40 --warmup 10)
 AONL=(--vae "$D/vaes/audioldm" --batch-size 64 --steps 30 --warmup 8)
+grid_step() {  # one audio grid by its name: audio_{cached,online}[_cpus2|_cpus4]
+  local kind=${1#audio_} cpus=() workers=8 data=alat args=("${ALAT[@]}")
+  case $kind in *_cpus*) workers=${kind##*_cpus}; cpus=(--cpus "$workers"); kind=${kind%_cpus*} ;; esac
+  [ "$kind" = online ] && { data=awav; args=("${AONL[@]}"); }
+  [ "$kind" = cached ] || [ "$kind" = online ] || { echo "unknown step $1" >&2; exit 2; }
+  grid "$1" "$D/$data" --backends "$BACKENDS" --workers "$workers" "${cpus[@]}" "${args[@]}"
+}
 for step in "$@"; do
   echo "== $step ($(left) min left)"
   case $step in
@@ -101,15 +111,10 @@ for step in "$@"; do
     online) images; grid online "$D/px256" --backends "$BACKENDS" --workers 8 "${ONL[@]}" ;;
     online2) images; grid online_cpus2 "$D/px256" --backends "$BACKENDS" --workers 2 --cpus 2 "${ONL[@]}" ;;
     online4) images; grid online_cpus4 "$D/px256" --backends "$BACKENDS" --workers 4 --cpus 4 "${ONL[@]}" ;;
-    audio) audio_data
-      grid audio_cached "$D/alat" --backends "$BACKENDS" --workers 8 "${ALAT[@]}"
-      grid audio_online "$D/awav" --backends "$BACKENDS" --workers 8 "${AONL[@]}" ;;
-    audio2) audio_data
-      grid audio_cached_cpus2 "$D/alat" --backends "$BACKENDS" --workers 2 --cpus 2 "${ALAT[@]}"
-      grid audio_online_cpus2 "$D/awav" --backends "$BACKENDS" --workers 2 --cpus 2 "${AONL[@]}" ;;
-    audio4) audio_data
-      grid audio_cached_cpus4 "$D/alat" --backends "$BACKENDS" --workers 4 --cpus 4 "${ALAT[@]}"
-      grid audio_online_cpus4 "$D/awav" --backends "$BACKENDS" --workers 4 --cpus 4 "${AONL[@]}" ;;
+    audio) audio_data; for g in audio_cached audio_online; do grid_step $g; done ;;
+    audio2) audio_data; for g in audio_cached_cpus2 audio_online_cpus2; do grid_step $g; done ;;
+    audio4) audio_data; for g in audio_cached_cpus4 audio_online_cpus4; do grid_step $g; done ;;
+    audio_*) audio_data; grid_step "$step" ;;
     gputest)
       mkdir -p "$R/gputest"
       python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true

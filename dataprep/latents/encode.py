@@ -52,12 +52,11 @@ class LatentEncoder:
         autocast = precision == "bf16" and self.device.type == "cuda"
         self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
         self.precision = "bf16" if autocast else "fp32"
-        if compile:
-            self._moments = torch.compile(vae.moments, dynamic=False)
-        elif self.device.type == "cuda":  # eager on a GPU: one graph replay per batch (graphed.py says why)
-            self._moments = GraphedMoments(vae.moments, torch.bfloat16 if autocast else None)
-        else:
-            self._moments = vae.moments
+        self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
+        # eager on a GPU: one graph replay per batch, the mel or the scaling and mirroring in it too (graphed.py)
+        self._graphed = None
+        if not compile and self.device.type == "cuda":
+            self._graphed = GraphedMoments(self._prepared_moments, torch.bfloat16 if autocast else None)
         self.one_shape = compile or self.device.type == "cuda"  # a new shape costs a compile or a capture
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
@@ -84,11 +83,18 @@ class LatentEncoder:
         seconds = sum(s for _, s, _ in rest)
         return round(sum(n for n, *_ in rest) / seconds, 1) if rest and seconds > 0 else None
 
-    def _inputs(self, x: np.ndarray) -> torch.Tensor:
-        """A piece as the autoencoder takes it, mirrored views appended after the originals. From pinned memory, so
-        the copy does not wait for the GPU to finish the piece before."""
+    def _on_device(self, x: np.ndarray) -> torch.Tensor:
+        """A piece as decoded, on the encoder's device. From pinned memory, so the copy does not wait for the GPU to
+        finish the piece before."""
         t = torch.from_numpy(x)
-        t = t.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else t
+        return t.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else t
+
+    def _prepared_moments(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._moments(self._inputs(t))
+
+    def _inputs(self, t: torch.Tensor) -> torch.Tensor:
+        """A decoded piece as the autoencoder takes it: AudioLDM's mel of each clip, or the images scaled to [-1, 1]
+        with their mirrors appended after them."""
         if self.kind == "audio":
             from .mel import audioldm_mel
 
@@ -109,8 +115,9 @@ class LatentEncoder:
             if self.one_shape and n < self.piece:
                 piece = np.concatenate([piece, np.repeat(piece[-1:], self.piece - n, axis=0)])
             try:
+                t = self._on_device(piece)
                 with self.autocast:
-                    mean, std = self._moments(self._inputs(piece))
+                    mean, std = self._graphed(t) if self._graphed is not None else self._prepared_moments(t)
             except torch.OutOfMemoryError:
                 self._halve()
                 continue
@@ -123,8 +130,8 @@ class LatentEncoder:
         if self.piece == 1:
             raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or convert on "
                            "another device (--device cpu)")  # fmt: skip
-        if isinstance(self._moments, GraphedMoments):
-            self._moments.reset()
+        if self._graphed is not None:
+            self._graphed.reset()
         torch.cuda.empty_cache()
         self.piece //= 2
         print(f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "

@@ -1,34 +1,48 @@
-"""The eager encoder's forward replayed as one CUDA graph per input shape, for `dataprep convert --vae`.
+"""The eager encoder's forward, with the preparation of its input (AudioLDM's mel, or the images' scaling and mirrors),
+replayed as one CUDA graph per input shape, for `dataprep convert --vae`.
 
 Eager, a batch is hundreds of kernel launches, and each one releases and retakes the GIL. In a converting process the
 GIL is busy: the decoding pool's threads receive decoded samples, the writers and the digest work on the chunk
 before. The encoding thread then waits for the GIL more than for the GPU: an AudioLDM-shaped encoder on an H100 ran at
 141 clips/s inside the conversion and at 376 on its own, with 19.1 of its 20.5 seconds spent queuing work. A replay is
-one launch: the thread needs the GIL a few times per batch, and the GPU stays ahead of it.
+one launch: the thread needs the GIL a few times per batch, and the GPU stays ahead of it. Where a capture fails
+(an operation this GPU or driver cannot capture), that shape runs eagerly, with a message.
 
 The outputs are the graph's own tensors, overwritten by the next replay: use them (copy, stack, cast) before the
 next call, as the encoder does."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
 
 Moments = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Captured = tuple[torch.Tensor, torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]  # input, graph, outputs
 
 
 class GraphedMoments:
-    """`moments(x)` for CUDA inputs under bf16 autocast (or none), captured once per shape, dtype and layout."""
+    """`moments(x)` for CUDA inputs under bf16 autocast (or none), captured once per shape, dtype and layout; `moments`
+    may prepare its input first."""
 
     def __init__(self, moments: Moments, autocast_dtype: torch.dtype | None) -> None:
         self.moments, self.dtype = moments, autocast_dtype
-        self.graphs: dict[tuple, tuple[torch.Tensor, torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]] = {}
+        self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, that shape runs eagerly
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         key = (tuple(x.shape), x.dtype, x.stride())
         if key not in self.graphs:
-            self.graphs[key] = self._capture(x)
+            try:
+                self.graphs[key] = self._capture(x)
+            except torch.OutOfMemoryError:
+                raise  # the caller retries with smaller batches
+            except RuntimeError as e:
+                print(f"encode: no CUDA graph for inputs of shape {key[0]} ({e}); encoding them eagerly",
+                      file=sys.stderr)  # fmt: skip
+                self.graphs[key] = None
+        if self.graphs[key] is None:
+            return self.moments(x)
         static_in, graph, out = self.graphs[key]
         static_in.copy_(x)
         graph.replay()
