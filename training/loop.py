@@ -194,9 +194,9 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         return host, done
 
     def count_flops(x: torch.Tensor, y: torch.Tensor | None) -> float:
-        # on the meta device, from shapes alone: a real pass ran eagerly in fp32 before the first step, autotuning
-        # cuDNN for convolutions the bf16 step never runs, and had to keep the RNG and the gradients untouched.
-        # Attention counts as its matmuls (a fused kernel's backward recompute is not the model's work)
+        # on the meta device, from shapes alone: a real pass would run eagerly in fp32 before the first step,
+        # autotuning cuDNN for convolutions the bf16 step never runs, and touch the RNG and the gradients. Attention
+        # counts as its matmuls (a fused kernel's backward recompute is not the model's work)
         with torch.device("meta"):
             shadow = mcfg.build()
         meta = [None if t is None else t.to("meta") for t in (x, y)]
