@@ -29,7 +29,7 @@ from .checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from .compile_cache import for_run
+from .compile_cache import for_run, since_launch
 from .config import TrainConfig
 from .metrics import MetricsLog
 from .starvation import StepTimer
@@ -88,6 +88,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     from .profiling import count_train_flops, profile_steps
 
     t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
+    set_up = {"imports done": round(since_launch(), 3)}  # a compiled run's start, in pieces (compile_cache.Compiled)
     spec = data_spec(cfg, injected=loader is not None)
     kind, model_name = spec.kind, spec.model
     # --vae: the autoencoder encodes every batch inside the step, and the model trains on its latents
@@ -108,6 +109,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
     train_dict = cfg.to_dict() | {"model": model_name, "world_size": info.world_size}
     stateful = {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
+    set_up["model on the device"] = round(since_launch(), 3)  # CUDA's start included
 
     # resume, or refuse to overwrite a run that has a checkpoint
     ckpt_path, start_step, epoch, position, state = run_dir / CKPT_NAME, 0, 0, 0, None
@@ -131,7 +133,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
         net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
-        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size)
+        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
 
     # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
     choice = None

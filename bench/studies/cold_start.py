@@ -97,7 +97,9 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
-SET_UP = {"model built, compile cache loaded": "interpreter, imports, device, model, compile cache",
+SET_UP = {"imports done": "interpreter, imports", "model on the device": "the device's start, the model",
+          "compile cache loaded": "torch.compile, loading the compile cache",
+          "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
           "loader open": "opening the loader", "first batch in hand": "the first batch",
           "FLOPs counted": "the FLOP count"}  # fmt: skip
 
@@ -131,8 +133,9 @@ def plot(runs: list[dict], path: Path, title: str) -> Path:
     parts = {name: [p.get(name, 0.0) for p in per_run] for name in names}
     fig, ax = plt.subplots(figsize=(12, 0.6 * len(runs) + 1.8))
     left = [0.0] * len(runs)
-    greys = iter(plt.cm.Greys([0.75, 0.6, 0.45, 0.3, 0.2, 0.5]))
     colors = {"compile, forward": "tab:blue", "compile, backward": "tab:purple", "rest of step 1": "tab:orange"}
+    n = sum(name not in colors for name in names)  # the set-up's pieces: greys, darkest first
+    greys = iter(plt.cm.Greys([0.8 - 0.65 * i / max(1, n - 1) for i in range(n)]))
     for name, values in parts.items():
         color = colors.get(name) or next(greys)
         ax.barh([r["name"] for r in runs], values, left=left, label=name, color=color)
