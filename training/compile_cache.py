@@ -185,9 +185,10 @@ class Compiled:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
         self.timed_since_launch: float | None = None
         self.save_error: str | None = None
-        # the set-up before the first step, in seconds since launch (15 s of an H100's start): the points passed in,
-        # then this one, after torch.compile and the compile cache's loading
-        self.set_up = {**(set_up or {}), "compile cache loaded": round(since_launch(), 3)}
+        # the set-up before the first step, in seconds since launch (15 s of an H100's start): the caller's dict,
+        # which goes on filling after this point, torch.compile and the compile cache's loading
+        self.set_up = set_up if set_up is not None else {}
+        self.set_up["compile cache loaded"] = round(since_launch(), 3)
 
     @property
     def done(self) -> bool:
@@ -203,10 +204,6 @@ class Compiled:
     def timed_steps_begin(self) -> None:
         """The first timed step starts: since launch, with what the warm-up steps held (CUDA-graph capture)."""
         self.timed_since_launch = since_launch()
-
-    def mark(self, what: str) -> None:
-        """A point of the set-up before the first step."""
-        self.set_up[what] = round(since_launch(), 3)
 
     def finish(self, main: bool) -> str:
         """After the first step: read the counters, save the artifacts (rank 0), and say so in a line."""

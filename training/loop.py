@@ -88,7 +88,12 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     from .profiling import count_train_flops, profile_steps
 
     t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
-    set_up = {"imports done": round(since_launch(), 3)}  # a compiled run's start, in pieces (compile_cache.Compiled)
+    set_up: dict[str, float] = {}  # points of the start, seconds since launch: a compiled run's record keeps them
+
+    def mark(what: str) -> None:
+        set_up[what] = round(since_launch(), 3)
+
+    mark("imports done")
     spec = data_spec(cfg, injected=loader is not None)
     kind, model_name = spec.kind, spec.model
     # --vae: the autoencoder encodes every batch inside the step, and the model trains on its latents
@@ -109,7 +114,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
     train_dict = cfg.to_dict() | {"model": model_name, "world_size": info.world_size}
     stateful = {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
-    set_up["model on the device"] = round(since_launch(), 3)  # CUDA's start included
+    mark("model on the device")  # CUDA's start included
 
     # resume, or refuse to overwrite a run that has a checkpoint
     ckpt_path, start_step, epoch, position, state = run_dir / CKPT_NAME, 0, 0, 0, None
@@ -142,8 +147,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         loader = open_loader(cfg, choice, device, info, kind)
         cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
-    if compiled is not None:
-        compiled.mark("loader open")
+    mark("loader open")
     t_stream = time.perf_counter()
     stream = EpochStream(loader, epoch, position)
     if state is not None:
@@ -216,15 +220,13 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
-            if compiled is not None:
-                compiled.mark("first batch in hand")
+            mark("first batch in hand")
             if encoder is None:
                 check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
             x0 = batch.x if encoder is None else encoder(batch.x)
             flops = count_flops(x0, batch.y if conditional else None)
             sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
-            if compiled is not None:
-                compiled.mark("FLOPs counted")
+            mark("FLOPs counted")
         if compiled is not None and step == start_step + cfg.timing_warmup:
             compiled.timed_steps_begin()
         timer.step_begin()
