@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from functools import partial
@@ -68,6 +69,11 @@ class ConvertConfig:
 def convert(cfg: ConvertConfig) -> dict:
     """Convert `cfg.input` into every format in `cfg.formats`; return the manifest (its "timings" say where the
     time went)."""
+    with _ranks_group(cfg):
+        return _convert(cfg)
+
+
+def _convert(cfg: ConvertConfig) -> dict:
     from tqdm import tqdm
 
     t0, cpu0 = time.perf_counter(), time.process_time()  # process_time: user and kernel
@@ -259,21 +265,42 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _load_vae(cfg: ConvertConfig, times: Timings):
-    """The autoencoder on this process's device; under torchrun one GPU per rank, joined in a process group."""
+def _rank_device(cfg: ConvertConfig) -> str:
+    device = _device(cfg)
+    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: a GPU per rank
+        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    return device
+
+
+@contextmanager
+def _ranks_group(cfg: ConvertConfig) -> Iterator[None]:
+    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion and leave it
+    at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo: "terminate called
+    without an active exception")."""
+    if cfg.vae is None or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        yield
+        return
     import torch
 
+    if torch.distributed.is_initialized():  # the caller's group: theirs to leave
+        yield
+        return
+    device = _rank_device(cfg)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _load_vae(cfg: ConvertConfig, times: Timings):
+    """The autoencoder on this process's device (under torchrun, the rank's GPU)."""
     from .latents import load_vae
 
-    device = _device(cfg)
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.distributed.is_initialized():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        if device.startswith("cuda"):
-            device = f"cuda:{local}"
-            torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     with times.timed("load the autoencoder"):
-        return load_vae(cfg.vae, device)
+        return load_vae(cfg.vae, _rank_device(cfg))
 
 
 def _encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):

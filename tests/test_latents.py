@@ -376,6 +376,30 @@ def test_convert_with_vae_api_matches_cli(latent_images, image_vae, tmp_path):
     assert load_manifest(out)["digest"]["total"] == load_manifest(latent_images)["digest"]["total"]
 
 
+CONVERT_AND_LEAVE = """
+import sys, torch
+from dataprep.convert import ConvertConfig, convert
+convert(ConvertConfig(output=sys.argv[1], source="synthetic-images", limit=32, formats=("hdf5",), vae=sys.argv[2],
+                      batch_size=8, device="cpu", progress=False))
+if torch.distributed.is_initialized():
+    raise SystemExit("convert() joined a process group and did not leave it")
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_leave_the_group_they_joined(image_vae, tmp_path):
+    """A group left to the interpreter's shutdown can abort a rank after its work is done (gloo): `convert` leaves
+    the one it joined, on every rank."""
+    script = tmp_path / "convert.py"
+    script.write_text(CONVERT_AND_LEAVE)
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(script), str(tmp_path / "out"), str(image_vae)], capture_output=True, text=True,
+                         env=env, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert load_manifest(tmp_path / "out")["latent"]["encoded"]["processes"] == 2
+
+
 @pytest.mark.slow
 def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
     """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch and rank 0 writes one

@@ -36,7 +36,8 @@ def train_args(data: Path, out: Path, steps: int, device: str = "cpu", *extra: s
 
 
 def env() -> dict[str, str]:
-    return os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    # faulthandler: a rank that aborts prints every thread's Python stack, not just "Signal 6"
+    return os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"}
 
 
 def run(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
@@ -51,6 +52,28 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+LEAVE_THE_GROUP = """
+import gc, sys
+from torch.nn.parallel import DistributedDataParallel
+from training.config import TrainConfig
+from training.loop import main
+gc.disable()  # an automatic collection must not do teardown's work in its place
+main(TrainConfig(data=sys.argv[1], out=sys.argv[2], loader="hdf5", model="tiny", batch_size=8, steps=2, device="cpu",
+                 precision="fp32", workers=0, pin_memory=False, sample_every=0, ckpt_every=0, progress=False))
+if any(isinstance(o, DistributedDataParallel) for o in gc.get_objects()):
+    raise SystemExit("a DDP wrapper outlived the run: the interpreter's shutdown would free it and its group")
+"""
+
+
+def test_a_finished_rank_has_freed_ddp_before_leaving_the_group(data, tmp_path):
+    """DDP's wrapper is in a reference cycle with its reducer, which holds the gloo group: freed at the interpreter's
+    shutdown instead, it aborted ranks after they had finished. The loop frees it before it leaves, on every rank."""
+    script = tmp_path / "leave.py"
+    script.write_text(LEAVE_THE_GROUP)
+    done = run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), str(data), str(tmp_path / "run")])
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -43,7 +44,11 @@ def setup(device: str) -> tuple[Dist, str]:
 
 
 def teardown(info: Dist) -> None:
+    """Leave the group. DDP's wrapper sits in a reference cycle and its reducer holds the process group, so both
+    outlived `destroy_process_group` until the interpreter's shutdown freed them, where gloo aborted the rank
+    ("terminate called without an active exception") in 14 of 100 runs of a two-rank script. Collected here first."""
     if info.enabled and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 
