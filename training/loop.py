@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import sys
 import time
+import traceback
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 
@@ -70,6 +71,9 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
     try:
         with StopOnSignal() as stop, ExitStack() as cleanup:
             return _train(cfg, loader, info, device, stop, cleanup)
+    except BaseException as e:
+        traceback.clear_frames(e.__traceback__)  # the ended frames' locals hold DDP's wrapper: teardown frees it
+        raise
     finally:
         ddp.teardown(info)
 
