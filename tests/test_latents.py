@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -376,47 +375,32 @@ def test_convert_with_vae_api_matches_cli(latent_images, image_vae, tmp_path):
     assert load_manifest(out)["digest"]["total"] == load_manifest(latent_images)["digest"]["total"]
 
 
-CONVERT_AND_LEAVE = """
+RANKS_CONVERT = """
 import sys, torch
-from dataprep.convert import ConvertConfig, convert
-convert(ConvertConfig(output=sys.argv[1], source="synthetic-images", limit=32, formats=("hdf5",), vae=sys.argv[2],
-                      batch_size=8, device="cpu", progress=False))
-if torch.distributed.is_initialized():
-    raise SystemExit("convert() joined a process group and did not leave it")
+from dataprep.cli import cli
+cli(sys.argv[1:], standalone_mode=False)  # the command as typed under torchrun, in this process
+if torch.distributed.is_initialized():  # left to the interpreter's shutdown, a gloo group can abort the rank there
+    raise SystemExit("convert joined a process group and did not leave it")
 """
-
-
-@pytest.mark.slow
-def test_torchrun_ranks_leave_the_group_they_joined(image_vae, tmp_path):
-    """A group left to the interpreter's shutdown can abort a rank after its work is done (gloo): `convert` leaves
-    the one it joined, on every rank."""
-    script = tmp_path / "convert.py"
-    script.write_text(CONVERT_AND_LEAVE)
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          str(script), str(tmp_path / "out"), str(image_vae)], capture_output=True, text=True,
-                         env=env, timeout=300)  # fmt: skip
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert load_manifest(tmp_path / "out")["latent"]["encoded"]["processes"] == 2
 
 
 @pytest.mark.slow
 def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
     """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch and rank 0 writes one
-    dataset whose digest equals one process's; the other rank writes nothing."""
+    dataset whose digest equals one process's; the other rank writes nothing, and each leaves the group it joined."""
     args = ["convert", "--source", "synthetic-images", "--limit", "100", "--vae", str(image_vae), "--batch-size", "16",
             "--format", "hdf5", "--device", "cpu", "--quiet"]  # fmt: skip
     single = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")],
                             capture_output=True, text=True)  # fmt: skip
     assert single.returncode == 0, single.stderr
-    with socket.socket() as s:  # a free port for the rendezvous
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr",
-                          "127.0.0.1", "--master_port", port, "-m", "dataprep", *args, "--output",
-                          str(tmp_path / "two")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    script = tmp_path / "ranks.py"
+    script.write_text(RANKS_CONVERT)
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          str(script), *args, "--output", str(tmp_path / "two")], capture_output=True, text=True,
+                         env=env, timeout=300)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     one, two = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "two"))
     assert two["latent"]["encoded"]["processes"] == 2 and one["latent"]["encoded"]["processes"] == 1
     assert two["digest"]["total"] == one["digest"]["total"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "two"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "ranks.py", "two"]

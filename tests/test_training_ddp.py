@@ -74,6 +74,7 @@ check()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", [8, 64])
 def test_a_rank_frees_ddp_before_leaving_the_group(data, tmp_path, batch):
     """DDP's wrapper is in a reference cycle with its reducer, which holds the gloo group: freed at the interpreter's
