@@ -265,11 +265,13 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def _rank_device(cfg: ConvertConfig) -> str:
     device = _device(cfg)
-    if device.startswith("cuda") and int(os.environ.get("WORLD_SIZE", "1")) > 1:  # under torchrun: a GPU per rank
-        device = f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
-    return device
+    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device.startswith("cuda") and _world() > 1 else device
 
 
 @contextmanager
@@ -277,22 +279,22 @@ def _ranks_group(cfg: ConvertConfig) -> Iterator[None]:
     """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion and leave it
     at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo: "terminate called
     without an active exception")."""
-    if cfg.vae is None or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if cfg.vae is None or _world() == 1:
         yield
         return
     import torch
 
-    if torch.distributed.is_initialized():  # the caller's group: theirs to leave
-        yield
-        return
-    device = _rank_device(cfg)
-    if device.startswith("cuda"):
-        torch.cuda.set_device(device)
-    torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    joining = not torch.distributed.is_initialized()  # a group the caller made is the caller's to leave
+    if joining:
+        device = _rank_device(cfg)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
     try:
         yield
     finally:
-        torch.distributed.destroy_process_group()
+        if joining:
+            torch.distributed.destroy_process_group()
 
 
 def _load_vae(cfg: ConvertConfig, times: Timings):
