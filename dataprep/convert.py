@@ -119,10 +119,10 @@ def _convert(cfg: ConvertConfig) -> dict:
                 _write_all(writers, chain([first], stream), meta, digest, cfg.workers, times, bar)
         if encoder is not None:  # the first chunk apart: it holds the compiling, the rest is the encoder's pace
             (_, first_s, _), *rest = encoder.chunks
-            times.add("encode: the first chunk (a thread)", first_s)
-            times.add("encode: the other chunks (a thread)", sum(s for _, s, _ in rest))
-            # near the line above: the thread was late queuing the GPU's work (host-bound); far below: the GPU was
-            times.add("encode: queuing their GPU work (a thread)", sum(q for *_, q in rest))
+            times.add("encode: the first chunk's result (a thread)", first_s)
+            times.add("encode: the first result to the last (a thread)", sum(s for _, s, _ in rest))
+            # near the line above: the GPU was the limit; far below: the host was late queuing work or taking results
+            times.add("encode: waiting for the GPU (a thread)", sum(w for *_, w in rest))
         if hasattr(source, "decode_cpu_s"):
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = _finish_all(writers, tmp, cfg.workers, times)

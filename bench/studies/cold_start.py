@@ -178,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"round {r}: first step done {runs[-2]['compile']['since_launch_s']:.1f} s after launch cold, "
               f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
     text = table(runs)
-    write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out)},
+    # Inductor's and Triton's settings from the environment (the per-run cache folders are set here, not there)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TRITON_")) and "CACHE_DIR" not in k}
+    write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out), "env": env},
                                                      "run": run_record(args.device), "runs": runs})  # fmt: skip
     (args.out / "cold_start.md").write_text(text + "\n")
     title = f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: launch to first step, cold, warm"

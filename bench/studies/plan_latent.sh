@@ -12,6 +12,7 @@
 #                                                    # name: audio_online_cpus4, audio_cached, ...); the audio prep also
 #                                                    # times the encoding path alone (encode_pace) and, where py-spy
 #                                                    # is on the PATH, samples every thread of the conversion
+#   bash bench/studies/plan_latent.sh audioprep # the audio prep alone: both conversions, the encoder's rate, encode_pace
 #   bash bench/studies/plan_latent.sh gputest   # pytest -m gpu for the latent tests
 #
 # Data: the first IMG_N (default 10,000) CIFAR-10 train JPEGs, made 256 px by `dataprep convert --size 256`
@@ -114,6 +115,7 @@ for step in "$@"; do
     audio) audio_data; for g in audio_cached audio_online; do grid_step $g; done ;;
     audio2) audio_data; for g in audio_cached_cpus2 audio_online_cpus2; do grid_step $g; done ;;
     audio4) audio_data; for g in audio_cached_cpus4 audio_online_cpus4; do grid_step $g; done ;;
+    audioprep) audio_data ;;
     audio_*) audio_data; grid_step "$step" ;;
     gputest)
       mkdir -p "$R/gputest"

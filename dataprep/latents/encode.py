@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -60,8 +61,10 @@ class LatentEncoder:
         self.one_shape = compile or self.device.type == "cuda"  # a new shape costs a compile or a capture
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory
-        # (samples, wall seconds, seconds to queue the work) of each encode(); the first compiles
+        # (samples, seconds since the previous chunk's result, seconds of it waiting for the GPU) per chunk; the first
+        # holds the compiling
         self.chunks: list[tuple[int, float, float]] = []
+        self._last_end: float | None = None
 
     def describe(self) -> dict:
         return {
@@ -137,33 +140,76 @@ class LatentEncoder:
         print(f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "
               "avoids the retry)", file=sys.stderr)  # fmt: skip
 
-    def encode(self, chunk: Chunk) -> Chunk:
-        """The chunk's latents; under torchrun rank r encodes batches r, r + world, ... and every rank gets all.
-        Everything is queued on the GPU before the first result is copied back, so it never waits between batches."""
+    def queue(self, chunk: Chunk) -> _Queued:
+        """Queue the GPU's work for this rank's batches of the chunk, and their copy back into pinned memory; return
+        before it is done. Under torchrun rank r encodes batches r, r + world, ..."""
         t0, bs = time.perf_counter(), self.batch_size
-        starts = range(0, len(chunk), bs)
-        mine = {s: self._encode(chunk.x[s : s + bs]) for k, s in enumerate(starts) if k % self.world == self.rank}
-        queued = time.perf_counter() - t0
-        mine = {s: v.cpu().numpy() for s, v in mine.items()}
+        mine = {s: self._to_host(self._encode(chunk.x[s : s + bs]))
+                for k, s in enumerate(range(0, len(chunk), bs)) if k % self.world == self.rank}  # fmt: skip
+        done = None
+        if self.device.type == "cuda":
+            done = torch.cuda.Event()
+            done.record()
+        return _Queued(chunk, mine, done, t0)
+
+    def collect(self, q: _Queued) -> Chunk:
+        """The queued chunk's latents, once the GPU is done with them; under torchrun every rank gets all."""
+        t0 = time.perf_counter()
+        if q.done is not None:
+            q.done.synchronize()
+        waited = time.perf_counter() - t0
+        mine = {s: v.numpy() for s, v in q.latents.items()}
         if self.world > 1:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
-        out = Chunk(np.concatenate([mine[s] for s in starts]), chunk.y, None, chunk.skipped)
-        self.chunks.append((len(chunk), time.perf_counter() - t0, queued))
+        out = Chunk(np.concatenate([mine[s] for s in range(0, len(q.chunk), self.batch_size)]), q.chunk.y, None,
+                    q.chunk.skipped)  # fmt: skip
+        end = time.perf_counter()
+        # from the previous chunk's result to this one's: the pace of the whole pipeline, waits for input included
+        self.chunks.append((len(q.chunk), end - (self._last_end or q.t0), waited))
+        self._last_end = end
         return out
 
+    def encode(self, chunk: Chunk) -> Chunk:
+        """The chunk's latents, one chunk at a time (the GPU waits while the result is copied back and the next chunk
+        is queued; `stream` does not)."""
+        self._last_end = None
+        return self.collect(self.queue(chunk))
+
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        """Encode chunk k + 1 in a thread while the caller writes chunk k (the GPU's work releases the GIL)."""
-        with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:
-            pending = None
+        """The chunks' latents in order. In a thread, chunk k + 1 is queued on the GPU before chunk k is collected, so
+        the GPU always holds the next chunk's work while the host copies one back and the caller writes it."""
+        self._last_end = None
+        with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:  # one thread: its tasks run in order
+            queued = collected = None
             for chunk in chunks:
-                ahead = pool.submit(self.encode, chunk)
-                if pending is not None:
-                    yield pending.result()
-                pending = ahead
-            if pending is not None:
-                yield pending.result()
+                ahead = pool.submit(self.queue, chunk)
+                if queued is not None:
+                    collected, previous = pool.submit(lambda f: self.collect(f.result()), queued), collected
+                    if previous is not None:
+                        yield previous.result()
+                queued = ahead
+            if collected is not None:
+                yield collected.result()
+            if queued is not None:
+                yield self.collect(queued.result())
+
+    def _to_host(self, t: torch.Tensor) -> torch.Tensor:
+        """A copy back to the host, queued behind the work that computes `t` (pinned memory: the copy is
+        asynchronous)."""
+        if t.device.type != "cuda":
+            return t
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        return host.copy_(t, non_blocking=True)
+
+
+@dataclass
+class _Queued:
+    chunk: Chunk
+    latents: dict[int, torch.Tensor]  # batch start -> (n, V, 2, C, h, w) on the host, complete once `done` is
+    done: torch.cuda.Event | None  # recorded after the copies back; None on the CPU, where all is done already
+    t0: float
 
 
 def _dist() -> tuple[int, int]:
