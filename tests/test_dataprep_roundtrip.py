@@ -139,3 +139,21 @@ def test_real_spoken_digits(fsdd_root, tmp_path):
         assert np.array_equal(x, np.stack([t[0] for t in truth]))
         assert np.array_equal(length, [t[1] for t in truth])
         assert np.array_equal(y, [int(p.name[0]) for p in paths])
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_decoding_processes_send_clips_unpadded(tmp_path, channels):
+    """What a decoding process returns holds the clip's own samples only (the padding of a short clip to 10.24 s
+    would be most of the bytes through the pool's pipe); the chunks hold them padded, equal to the decoded truth."""
+    from dataprep.sources.audio import AudioSource, decode_audio
+    from dataprep.sources.base import AudioSpec
+
+    paths = sorted(make_audio(tmp_path / "clips"))
+    spec = AudioSpec(16000, 10.24, channels)
+    source = AudioSource(tmp_path / "clips", spec=spec)
+    sent = [source.decode(p) for p, _ in source.items]
+    assert [x.shape for x, _ in sent] == [(n, channels) for _, n in sent] and max(n for _, n in sent) == 24000  # 1.5 s
+    (chunk,) = source.chunks(len(paths), "error", 2)
+    truth = [decode_audio(p, spec) for p in paths]
+    assert chunk.x.shape == (len(paths), *spec.sample_shape())
+    assert np.array_equal(chunk.x, np.stack([x for x, _ in truth])) and list(chunk.length) == [n for _, n in truth]

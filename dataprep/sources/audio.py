@@ -23,6 +23,14 @@ AUDIO_EXTS = (".wav", ".flac", ".ogg")
 
 
 def decode_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
+    """The clip as stored: (num_samples,) mono or (channels, num_samples), zero-padded; and its true length."""
+    return padded(*decoded_audio(path, spec), spec)
+
+
+def decoded_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
+    """The clip resampled and downmixed, (n, channels) float32, before padding, and n: what a decoding process sends
+    back. Padding it there would send every 10.24 s clip whole through the pool's pipe, whose reading in the
+    converting process held the encoder back (a spoken digit is under a second)."""
     import soundfile as sf
     import soxr
 
@@ -41,8 +49,12 @@ def decode_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
     if rate != spec.sample_rate:
         data = soxr.resample(data, rate, spec.sample_rate, quality="HQ").astype(np.float32)
     n = min(data.shape[0], spec.num_samples)
+    return np.ascontiguousarray(data[:n], np.float32), n
+
+
+def padded(data: np.ndarray, n: int, spec: AudioSpec) -> tuple[np.ndarray, int]:
     out = np.zeros((spec.num_samples, spec.channels), np.float32)
-    out[:n] = data[:n]
+    out[:n] = data
     return (out[:, 0] if spec.channels == 1 else np.ascontiguousarray(out.T)), n
 
 
@@ -68,10 +80,10 @@ def _labeller(base: Path, clips: set[Path]):
 
 
 def decode_clip(path: Path, spec: AudioSpec, unlabelled: frozenset) -> tuple[np.ndarray, int]:
-    """decode_audio for a clip that has a label; one without is a bad sample (so --on-bad-file skip can skip it)."""
+    """decoded_audio for a clip that has a label; one without is a bad sample (so --on-bad-file skip can skip it)."""
     if path in unlabelled:
         raise BadSample(path, NO_LABEL)
-    return decode_audio(path, spec)
+    return decoded_audio(path, spec)
 
 
 class AudioSource(FileSource):
@@ -101,3 +113,6 @@ class AudioSource(FileSource):
 
     def audio(self) -> AudioSpec:
         return self.spec
+
+    def received(self, value: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
+        return padded(*value, self.spec)

@@ -47,7 +47,11 @@ class FileSource(Source):
         blocks = (paths[i : i + DECODE_BLOCK] for i in range(0, len(paths), DECODE_BLOCK))
         for _, (results, cpu_s) in ordered_map(partial(_safe_block, self.decode), blocks, workers):
             self.decode_cpu_s += cpu_s
-            yield from results
+            yield from ((ok, self.received(value) if ok else value) for ok, value in results)
+
+    def received(self, value: tuple[np.ndarray, int | None]) -> tuple[np.ndarray, int | None]:
+        """A decoded sample as it comes back from a decoding process, made whole here (audio pads it)."""
+        return value
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped = [], [], [], []
