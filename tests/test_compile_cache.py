@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.compile_cache import STATIC_LAUNCHER, CompileCache, launch_cached_kernels_from_source
+from training.compile_cache import CompileCache
 
 SHAPE = {"model": "probe", "batch_size": 2}
 
@@ -129,24 +129,6 @@ def test_shape_and_environment_name_the_file(tmp_path):
     assert a.path != b.path and a.path == CompileCache(tmp_path, dict(SHAPE), "cpu").path
     assert a.path.name.startswith("probe-") and a.path.parent == tmp_path
     assert not a.load() and "none yet" in a.note  # an empty (here: missing) directory is no error
-
-
-@pytest.mark.parametrize("given, static", [(None, False), ("1", True), ("0", False)])
-def test_cached_kernels_launch_from_source_unless_told(monkeypatch, given, static):
-    """Triton's own launcher by default (the static one misses saved autotuning results on torch 2.11), also for the
-    compile workers, which read the variable; a value the user set is kept."""
-    from torch._inductor import config
-
-    before = config.use_static_cuda_launcher
-    monkeypatch.setenv(STATIC_LAUNCHER, given or "")  # restored after the test, unset if it was
-    if given is None:
-        monkeypatch.delenv(STATIC_LAUNCHER)
-    config.use_static_cuda_launcher = not static
-    try:
-        launch_cached_kernels_from_source()
-        assert config.use_static_cuda_launcher is static and os.environ[STATIC_LAUNCHER] == ("1" if static else "0")
-    finally:
-        config.use_static_cuda_launcher = before
 
 
 @pytest.mark.slow

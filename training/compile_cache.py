@@ -248,30 +248,11 @@ def cache_custom_autograd_functions() -> None:
         config.autograd_cache_allow_custom_autograd_functions = True
 
 
-STATIC_LAUNCHER = "TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER"
-
-
-def launch_cached_kernels_from_source() -> None:
-    """Have Inductor launch Triton kernels through Triton's own launcher, unless $TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER
-    says otherwise. Kernels that come back from the compile cache as statically launched ones (torch's default) miss
-    their saved autotuning results on torch 2.11 and benchmark every configuration again: 15 s of an H100's warm
-    start. Loaded from their source instead, they find those results. Under CUDA graphs the launcher's own cost ends
-    with the capture. The setting is part of Inductor's cache key, so the cold run must use it too; the variable is
-    set as well for the compile workers this process starts."""
-    from torch._inductor import config
-
-    if not hasattr(config, "use_static_cuda_launcher"):
-        return
-    os.environ.setdefault(STATIC_LAUNCHER, "0")
-    config.use_static_cuda_launcher = os.environ[STATIC_LAUNCHER] == "1"
-
-
 def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
             set_up: dict[str, float] | None = None) -> Compiled:  # fmt: skip
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
     points of the set-up passed so far, in seconds since launch."""
     cache_custom_autograd_functions()
-    launch_cached_kernels_from_source()
     if cfg.compile_cache is None:
         return Compiled(None, set_up)
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,

@@ -8,7 +8,8 @@ Each row is wall-clock clips/s over the same clips, after a warm-up, with the GP
 - `encoder, channels_last`: the same, model and input channels_last (the setup of `latent_cache encoder-rate`);
 - `mel + encoder`: waves already on the GPU, AudioLDM's mel computed there first;
 - `LatentEncoder.encode`: the conversion's own call on numpy chunks (pinned copy, mel, encoder, copy back);
-- `LatentEncoder.stream`: the same through its encoding thread, the caller idle (no writers, no decoding).
+- `LatentEncoder.stream`: the same through its encoding thread, each chunk queued before the one before it is
+  collected, the caller idle (no writers, no decoding).
 The gap between two neighbouring rows is what that step costs. `--profile` adds the PyTorch profiler's busiest
 operations over two chunks of `LatentEncoder.encode`, by host time and by GPU time."""
 

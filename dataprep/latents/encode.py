@@ -81,7 +81,8 @@ class LatentEncoder:
         }
 
     def pace(self) -> float | None:
-        """Samples encoded per second after the first chunk (which holds compiling and warm-up); None for one chunk."""
+        """Samples per second from the first chunk's result to the last's, waits for input included (the first chunk
+        holds compiling and warm-up); None for one chunk."""
         rest = self.chunks[1:]
         seconds = sum(s for _, s, _ in rest)
         return round(sum(n for n, *_ in rest) / seconds, 1) if rest and seconds > 0 else None
