@@ -1,7 +1,9 @@
 """Cold start: how long a compiled `train` takes from launch to its first step, from empty caches and from the compile
 cache an earlier run saved, and whether the step rate after it is the same. Runs alternate cold and warm, each one a
-fresh `train` process with its own empty local Inductor and Triton caches, as on a new machine; a cold run also gets
-an empty compile cache, a warm one a copy of what the first cold run saved. The resident loader feeds every run, so
+fresh `train` process whose local Inductor and Triton caches are emptied first, as on a new machine; a cold run also
+gets an empty compile cache, a warm one a copy of what the first cold run saved. The local caches keep one path for
+every run, as a new machine's default (/tmp/torchinductor_$USER) does for the same user: a kernel restored from the
+compile cache looks for its autotuning results in the folder it was compiled in. The resident loader feeds every run, so
 the data plays no part. Every run's summary is kept in the JSON; the table gives the medians per kind of start.
 
     python -m bench.studies.cold_start --data DATA --model ddpm_cifar10 --device cuda --precision bf16 \\
@@ -28,14 +30,15 @@ PHASES = ("entire_frame_compile", "entire_backward_compile", "backend_compile", 
 
 def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
     """One `train --compile` in a fresh process with empty local caches; its summary and launch-to-exit seconds."""
-    work = args.out / "work" / name
+    work, local = args.out / "work" / name, args.out / "work" / "local"
     shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(local, ignore_errors=True)
     opts = ["--data", str(args.data), "--loader", "gpu", "--model", args.model, "--device", args.device,
             "--precision", args.precision, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
             "--timing-warmup", str(args.warmup), "--log-every", str(args.steps), "--sample-every", "0",
             "--ckpt-every", "0", "--workers", "0", "--no-progress", "--json", "--compile", "--compile-cache",
             str(cache), "--out", str(work / "run")]  # fmt: skip
-    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "TRITON_CACHE_DIR": str(work / "triton")}
+    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"), "TRITON_CACHE_DIR": str(local / "triton")}
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "training", *opts], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -43,10 +46,9 @@ def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
     if done.returncode != 0:
         raise SystemExit(f"{name}: train exited {done.returncode}; its log: {args.out / f'{name}.log'}")
     summary = json.loads((work / "run" / "summary.json").read_text())
-    tuned = autotune_results(work / "inductor", t0)
+    tuned = autotune_results(local / "inductor", t0)
     write_json_atomic(args.out / f"{name}-autotune.json", tuned)
-    shutil.rmtree(work / "inductor", ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
-    shutil.rmtree(work / "triton", ignore_errors=True)
+    shutil.rmtree(local, ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
     return {"name": name, "launch_to_exit_s": wall, "samples_per_s": summary["samples_per_s"],
             "compile": summary["compile"], "steps": summary["steps"], "autotune_results": len(tuned)}  # fmt: skip
 
