@@ -114,6 +114,29 @@ def test_files_for_other_devices_only_are_named(saved, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("gpu", [True, False])
+def test_a_gpu_cache_from_another_inductor_folder_says_how_to_keep_its_tuning(saved, tmp_path, gpu):
+    """Triton kernels restored from the artifacts look for their autotuning results where they were compiled: a GPU
+    file saved under another local Inductor cache loads, and the note names that folder and the variable that
+    avoids tuning again. A CPU file (no Triton autotuning) says nothing of it."""
+    from training.compile_cache import _inductor_dir
+
+    (source,) = saved[0].glob("probe-*.bin")
+    header, payload = source.read_bytes().split(b"\n", 1)
+    header = json.loads(header)
+    assert header["inductor_cache_dir"] == str(saved[0].parent / "local-cold")  # the cold probe's own folder
+    cache = CompileCache(tmp_path, SHAPE, "cpu")
+    if gpu:
+        cache.env = header["environment"] = header["environment"] | {"capability": "9.0"}
+    tmp_path.mkdir(exist_ok=True)
+    cache.path.write_bytes(json.dumps(header).encode() + b"\n" + payload)
+    assert cache.load() and cache.note.startswith("loaded ")
+    assert _inductor_dir() != header["inductor_cache_dir"]
+    moved = f"compiled under {header['inductor_cache_dir']}, this run's Inductor cache is {_inductor_dir()}"
+    assert (moved in cache.note and f"TORCHINDUCTOR_CACHE_DIR={header['inductor_cache_dir']}" in cache.note) == gpu
+
+
+@pytest.mark.slow
 def test_damaged_file_is_not_loaded(saved, tmp_path):
     """A truncated file fails its checksum: not loaded, the note says so; a file that is no cache at all likewise."""
     cache = doctored(saved, tmp_path)

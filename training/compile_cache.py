@@ -7,7 +7,8 @@ in this process, found in the local caches or made anew, into one blob; `load_ca
 on any machine, puts them back into its local caches, so its compile finds them there instead of generating and
 building them again. Dynamo's tracing is still paid. The artifacts hold for one torch build and one kind of device,
 so a file records both, is named by them, and a file made elsewhere is left alone with a message: the run compiles
-anew and saves its own beside it.
+anew and saves its own beside it. A GPU's Triton kernels also look for their autotuning results in the local Inductor
+cache folder they were compiled in: the file records it, and a run under another folder is told how to keep it.
 
 The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile; copy it to
 a new machine of the same GPU and torch, or point `--compile-cache` at shared storage. What it holds is compiled code
@@ -99,7 +100,7 @@ class CompileCache:
         self.load_s = time.perf_counter() - t0
         self.held = _keys(info)
         kinds = ", ".join(f"{n} {kind}" for kind, n in self.loaded.items())
-        self.note = f"loaded {kinds} artifacts from {self.path} in {self.load_s:.1f} s"
+        self.note = f"loaded {kinds} artifacts from {self.path} in {self.load_s:.1f} s" + _moved(header)
         return True
 
     def _nothing_here(self) -> str:
@@ -122,7 +123,8 @@ class CompileCache:
         payload = artifacts[0]
         sha = hashlib.sha256(payload).hexdigest()
         header = {"format": FORMAT, "environment": self.env, "shape": self.shape, "sha256": sha,
-                  "bytes": len(payload), "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}  # fmt: skip
+                  "bytes": len(payload), "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "inductor_cache_dir": _inductor_dir()}  # fmt: skip
         self.directory.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         try:
@@ -136,6 +138,24 @@ class CompileCache:
 
     def to_dict(self) -> dict:
         return {"file": str(self.path), "note": self.note, "loaded": self.loaded, "load_s": round(self.load_s, 3)}
+
+
+def _inductor_dir() -> str:
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return os.path.abspath(cache_dir())
+
+
+def _moved(header: dict) -> str:
+    """A warning where the artifacts were saved under another local Inductor cache than this process's, on a GPU. A
+    Triton kernel restored from them looks for its autotuning results in the folder it was compiled in, so under
+    another path it benchmarks every configuration again: 14 s of an H100's warm start (25 s with the same path,
+    40 s without, docs/BENCHMARKS.md)."""
+    saved, here = header.get("inductor_cache_dir"), _inductor_dir()
+    if not saved or saved == here or "capability" not in header["environment"]:
+        return ""
+    return (f"; they were compiled under {saved}, this run's Inductor cache is {here}, so Triton will benchmark its "
+            f"kernels again: set TORCHINDUCTOR_CACHE_DIR={saved} to spare it")  # fmt: skip
 
 
 def _keys(info) -> set[tuple[str, str]]:
