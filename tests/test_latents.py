@@ -412,12 +412,14 @@ def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
     dataset whose digest equals one process's; the other rank writes nothing, and each leaves the group it joined."""
     args = ["convert", "--source", "synthetic-images", "--limit", "100", "--vae", str(image_vae), "--batch-size", "16",
             "--format", "hdf5", "--device", "cpu", "--quiet"]  # fmt: skip
+    # one thread in every process: the CPU's convolutions round differently with another thread count, and a last
+    # bit of one latent in fp16 differed between a 2-thread process and 1-thread ranks
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     single = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")],
-                            capture_output=True, text=True)  # fmt: skip
+                            capture_output=True, text=True, env=env)  # fmt: skip
     assert single.returncode == 0, single.stderr
     script = tmp_path / "ranks.py"
     script.write_text(RANKS_CONVERT)
-    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                           str(script), *args, "--output", str(tmp_path / "two")], capture_output=True, text=True,
                          env=env, timeout=300)  # fmt: skip
