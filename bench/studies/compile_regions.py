@@ -10,7 +10,9 @@ named in `--regions` made nested regions (`ResBlock+Attention`: every residual b
         --mode reduce-overhead --backends inductor --steps 50 --out bench/results/cold_start_h100/regions
 
 `aot_eager` stops after Dynamo's and AOTAutograd's tracing (what regions can spare on any device); `inductor` adds
-code generation and the compiler's builds. A run that fails keeps its error's last line in the table and the JSON."""
+code generation and the compiler's builds. A run that fails keeps its error's last line in the table and the JSON.
+`--dense-skip` makes the skip half of each concatenation's gradient dense too (the UNet hands it on as a strided
+slice), so that every call of a region's backward sees the same strides."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 # Dynamo's own timers (torch._dynamo.utils.compilation_time_metrics) kept per run, summed over calls
 PHASES = ("bytecode_tracing", "create_aot_dispatcher_function", "aot_trace_joint_graph", "GraphLowering.codegen",
           "async_compile.wait", "compile_fx_inner")  # fmt: skip
@@ -31,17 +35,18 @@ PHASES = ("bytecode_tracing", "create_aot_dispatcher_function", "aot_trace_joint
 
 def child(args: argparse.Namespace) -> dict:
     """One configuration in this process: the first training step's seconds, then the rate of `steps` more."""
-    import torch
     from torch._dynamo.utils import compilation_time_metrics
 
     from training.diffusion import GaussianDiffusion
-    from training.model import UNET_PRESETS, Attention, ResBlock
+    from training.model import UNET_PRESETS, Attention, ResBlock, UNet
 
     region = torch.compiler.nested_compile_region
     # ResBlock has one signature per (width in, width out, size): more than the default 8 reuse entries
     many = {"max_reuse_entries": 64} if "max_reuse_entries" in inspect.signature(region).parameters else {}
     for block in (b for b in (ResBlock, Attention) if b.__name__ in args.blocks.split("+")):
         block.forward = region(block.forward, **many)
+    if args.dense_skip:
+        UNet._cat = staticmethod(_CatBothDense.apply)
     cuda = args.device.startswith("cuda")
     torch.manual_seed(0)
     cfg = UNET_PRESETS[args.model]()
@@ -76,6 +81,23 @@ def child(args: argparse.Namespace) -> dict:
             "phases": phases}  # fmt: skip
 
 
+class _CatBothDense(torch.autograd.Function):
+    """torch.cat([h, skip], 1) whose gradient is dense, in the input's layout, for both halves."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
+        ctx.split = h.shape[1]
+        ctx.layout = (
+            torch.channels_last if h.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+        )
+        return torch.cat([h, skip], 1)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (grad[:, : ctx.split].contiguous(memory_format=ctx.layout),
+                grad[:, ctx.split :].contiguous(memory_format=ctx.layout))  # fmt: skip
+
+
 def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
     """A configuration in a fresh process, its own empty Inductor and Triton caches."""
     record = {"backend": backend, "regions": blocks}
@@ -94,7 +116,7 @@ def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
 def forwarded(args: argparse.Namespace) -> list[str]:
     opts = ["--model", args.model, "--device", args.device, "--batch-size", str(args.batch_size), "--steps",
             str(args.steps)]  # fmt: skip
-    return opts + (["--mode", args.mode] if args.mode else [])
+    return opts + (["--mode", args.mode] if args.mode else []) + (["--dense-skip"] if args.dense_skip else [])
 
 
 def table(runs: list[dict]) -> str:
@@ -117,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mode", default=None, help="torch.compile's mode (reduce-overhead: CUDA graphs, as train runs)")
     p.add_argument("--backends", default="aot_eager,inductor")
     p.add_argument("--regions", default="none,ResBlock+Attention", help="the blocks made regions, per configuration")
+    p.add_argument("--dense-skip", action="store_true", help="the skip half of the concatenation's gradient dense too")
     p.add_argument("--out", type=Path)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--backend", help=argparse.SUPPRESS)
