@@ -5,9 +5,10 @@ local Inductor cache: the whole model compiled as `train --compile` does it (`no
 named in `--regions` made nested regions (`ResBlock+Attention`: every residual block and every attention).
 
     python -m bench.studies.compile_regions --model ddpm_cifar10 --device cpu --batch-size 8 \\
-        --backends aot_eager,inductor --out bench/results/cold_start_cpu/regions
+        --backends aot_eager,inductor --regions none,ResBlock+Attention,ResBlock,Attention \\
+        --out bench/results/cold_start_cpu/regions
     python -m bench.studies.compile_regions --model ddpm_cifar10 --device cuda --batch-size 128 \\
-        --mode reduce-overhead --backends inductor --steps 50 --out bench/results/cold_start_h100/regions
+        --mode reduce-overhead --backends inductor --steps 50 --dense-skip --out bench/results/cold_start_h100/regions
 
 `aot_eager` stops after Dynamo's and AOTAutograd's tracing (what regions can spare on any device); `inductor` adds
 code generation and the compiler's builds. A run that fails keeps its error's last line in the table and the JSON.
@@ -41,7 +42,7 @@ def child(args: argparse.Namespace) -> dict:
     from training.model import UNET_PRESETS, Attention, ResBlock, UNet
 
     region = torch.compiler.nested_compile_region
-    # ResBlock has one signature per (width in, width out, size): more than the default 8 reuse entries
+    # ddpm_cifar10 has 11 ResBlock input shapes, more than the default 8 reuse entries
     many = {"max_reuse_entries": 64} if "max_reuse_entries" in inspect.signature(region).parameters else {}
     for block in (b for b in (ResBlock, Attention) if b.__name__ in args.blocks.split("+")):
         block.forward = region(block.forward, **many)
