@@ -29,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from training.model import _CatDenseGrad
+
 # Dynamo's own timers (torch._dynamo.utils.compilation_time_metrics) kept per run, summed over calls
 PHASES = ("bytecode_tracing", "create_aot_dispatcher_function", "aot_trace_joint_graph", "GraphLowering.codegen",
           "async_compile.wait", "compile_fx_inner")  # fmt: skip
@@ -56,14 +58,15 @@ def child(args: argparse.Namespace) -> dict:
     net = torch.compile(model, backend=args.backend, mode=args.mode)
     diffusion = GaussianDiffusion().to(args.device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(args.batch_size, cfg.in_channels, cfg.image_size, cfg.image_size, device=args.device)
+    shape = (args.batch_size, cfg.in_channels, cfg.image_size, cfg.image_size)
+    x = torch.randn(shape, device=args.device).contiguous(memory_format=layout)
     autocast = torch.autocast(args.device.split(":")[0], dtype=torch.bfloat16, enabled=cuda)
 
     def step() -> torch.Tensor:
         if args.mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
         with autocast:
-            loss = diffusion.loss(net, x.contiguous(memory_format=layout))
+            loss = diffusion.loss(net, x)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -82,21 +85,14 @@ def child(args: argparse.Namespace) -> dict:
             "phases": phases}  # fmt: skip
 
 
-class _CatBothDense(torch.autograd.Function):
-    """torch.cat([h, skip], 1) whose gradient is dense, in the input's layout, for both halves."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, skip: torch.Tensor) -> torch.Tensor:
-        ctx.split = h.shape[1]
-        ctx.layout = (
-            torch.channels_last if h.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
-        )
-        return torch.cat([h, skip], 1)
+class _CatBothDense(_CatDenseGrad):
+    """The UNet's concatenation, whose gradient is dense in the input's layout for the skip half too."""
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return (grad[:, : ctx.split].contiguous(memory_format=ctx.layout),
-                grad[:, ctx.split :].contiguous(memory_format=ctx.layout))  # fmt: skip
+        layout = torch.channels_last if ctx.channels_last else torch.contiguous_format
+        return (grad[:, : ctx.split].contiguous(memory_format=layout),
+                grad[:, ctx.split :].contiguous(memory_format=layout))  # fmt: skip
 
 
 def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
