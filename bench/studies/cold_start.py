@@ -8,11 +8,20 @@ the data plays no part. Every run's summary is kept in the JSON; the table gives
 
     python -m bench.studies.cold_start --data DATA --model ddpm_cifar10 --device cuda --precision bf16 \\
         --batch-size 128 --steps 400 --warmup 100 --rounds 2 --out bench/results/cold_start_h100
+
+`--variant NAME=DIR[,KEY=VALUE...]` (repeatable) compares checkouts of this package and Inductor settings side by
+side: every round runs each variant in turn, so a drift of the machine shows in all of them. `--cold-rounds N` runs
+the cold start in the first N rounds only; later rounds are warm starts, which measure the step rate in a minute
+instead of three.
+
+    python -m bench.studies.cold_start ... --variant after=. --variant before=/tmp/before \\
+        --variant light=.,triton.autotune_pointwise=False --rounds 3 --cold-rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import shutil
@@ -28,7 +37,39 @@ PHASES = ("entire_frame_compile", "entire_backward_compile", "backend_compile", 
           "async_compile.wait")  # fmt: skip
 
 
-def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
+# `train` with Inductor settings made first: the settings as JSON, then train's arguments
+LAUNCH = """
+import json, sys
+import torch._inductor.config
+for key, value in json.loads(sys.argv[1]).items():
+    *path, last = key.split(".")
+    target = torch._inductor.config
+    for name in path:
+        target = getattr(target, name)
+    setattr(target, last, value)
+sys.argv = ["train", *sys.argv[2:]]
+from training.cli import main
+main()
+"""
+
+
+def variant(spec: str) -> dict:
+    """NAME=DIR[,KEY=VALUE...]: a checkout of this package and Inductor settings (VALUE a Python literal)."""
+    name, _, rest = spec.partition("=")
+    code, *settings = rest.split(",")
+    if not name or not code or not (Path(code) / "training").is_dir():
+        raise SystemExit(f"--variant {spec}: expected NAME=DIR[,KEY=VALUE...], DIR a checkout with training/")
+    pairs = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        try:
+            pairs[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--variant {spec}: {item!r} is not KEY=<Python literal>") from None
+    return {"name": name, "code": str(Path(code).resolve()), "inductor": pairs}
+
+
+def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
     """One `train --compile` in a fresh process with empty local caches; its summary and launch-to-exit seconds."""
     work, local = args.out / "work" / name, args.out / "work" / "local"
     shutil.rmtree(work, ignore_errors=True)
@@ -38,9 +79,14 @@ def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
             "--timing-warmup", str(args.warmup), "--log-every", str(args.steps), "--sample-every", "0",
             "--ckpt-every", "0", "--workers", "0", "--no-progress", "--json", "--compile", "--compile-cache",
             str(cache), "--out", str(work / "run")]  # fmt: skip
-    env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"), "TRITON_CACHE_DIR": str(local / "triton")}
+    env = os.environ | {
+        "TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"),
+        "TRITON_CACHE_DIR": str(local / "triton"),
+        "PYTHONPATH": os.pathsep.join([var["code"], *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    cmd = ["-c", LAUNCH, json.dumps(var["inductor"])] if var["inductor"] else ["-m", "training"]
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "training", *opts], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, *cmd, *opts], env=env, cwd=var["code"], capture_output=True, text=True)
     wall = time.perf_counter() - t0
     (args.out / f"{name}.log").write_text(done.stderr)
     if done.returncode != 0:
@@ -49,8 +95,9 @@ def run(args: argparse.Namespace, name: str, cache: Path) -> dict:
     tuned = autotune_results(local / "inductor", t0)
     write_json_atomic(args.out / f"{name}-autotune.json", tuned)
     shutil.rmtree(local, ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
-    return {"name": name, "launch_to_exit_s": wall, "samples_per_s": summary["samples_per_s"],
-            "compile": summary["compile"], "steps": summary["steps"], "autotune_results": len(tuned)}  # fmt: skip
+    return {"name": name, "variant": var["name"], "kind": name.split("-")[-2], "launch_to_exit_s": wall,
+            "samples_per_s": summary["samples_per_s"], "compile": summary["compile"], "steps": summary["steps"],
+            "autotune_results": len(tuned)}  # fmt: skip
 
 
 def autotune_results(inductor: Path, t0: float) -> dict:
@@ -80,7 +127,7 @@ def figures(r: dict) -> list[float]:
 
 
 def table(runs: list[dict]) -> str:
-    """Medians per kind of start."""
+    """Medians per variant and kind of start."""
     head = [
         "launch to first step done, s",
         "launch to first timed step, s",
@@ -90,17 +137,19 @@ def table(runs: list[dict]) -> str:
         "graphs found",
         "samples/s",
     ]
-    rows = ["| start | runs | " + " | ".join(head) + " |", "|---|--:|" + "--:|" * len(head)]
-    for kind in ("cold", "warm"):
-        mine = [figures(r) for r in runs if r["name"].startswith(kind)]
-        if mine:
-            medians = [statistics.median(column) for column in zip(*mine)]
-            rows.append(f"| {kind} | {len(mine)} | " + " | ".join(f"{v:,.1f}" for v in medians) + " |")
+    rows = ["| variant | start | runs | " + " | ".join(head) + " |", "|---|---|--:|" + "--:|" * len(head)]
+    for name in dict.fromkeys(r.get("variant", "") for r in runs):
+        for kind in ("cold", "warm"):
+            mine = [figures(r) for r in runs if r.get("variant", "") == name and r["name"].split("-")[-2] == kind]
+            if mine:
+                medians = [statistics.median(column) for column in zip(*mine)]
+                cells = " | ".join(f"{v:,.1f}" for v in medians)
+                rows.append(f"| {name} | {kind} | {len(mine)} | {cells} |")
     return "\n".join(rows)
 
 
 SET_UP = {"imports done": "interpreter, imports", "model on the device": "the device's start, the model",
-          "compile cache loaded": "torch.compile, loading the compile cache",
+          "compile cache loaded": "loading the compile cache (before: with torch.compile)",
           "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
           "loader open": "opening the loader", "first batch in hand": "the first batch",
           "FLOPs counted": "the FLOP count"}  # fmt: skip
@@ -161,33 +210,54 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=6, help="steps per run, warm-up included")
     p.add_argument("--warmup", type=int, default=3, help="steps left out of the rate")
-    p.add_argument("--rounds", type=int, default=2, help="cold-warm pairs")
+    p.add_argument("--rounds", type=int, default=2, help="rounds, each a cold and a warm start of every variant")
+    p.add_argument("--cold-rounds", type=int, default=None, help="cold starts in the first N rounds only")
+    p.add_argument(
+        "--variant",
+        action="append",
+        type=variant,
+        default=[],
+        help="NAME=DIR[,KEY=VALUE...]: a checkout and Inductor settings (default: this checkout)",
+    )
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
+    args.out = args.out.resolve()
+    args.variant = args.variant or [variant(f"this={Path(__file__).parents[2]}")]
+    cold_rounds = args.rounds if args.cold_rounds is None else max(1, args.cold_rounds)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
-    saved = work / "saved-cache"
     runs: list[dict] = []
     for r in range(args.rounds):
-        cold, warm = work / f"cache-cold-{r}", work / f"cache-warm-{r}"
-        shutil.rmtree(cold, ignore_errors=True)
-        shutil.rmtree(warm, ignore_errors=True)
-        runs.append(run(args, f"cold-{r}", cold))
-        if r == 0:  # every warm run starts from what the first cold run saved
-            shutil.copytree(cold, saved, dirs_exist_ok=True)
-        shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
-        runs.append(run(args, f"warm-{r}", warm))
-        print(f"round {r}: first step done {runs[-2]['compile']['since_launch_s']:.1f} s after launch cold, "
-              f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
+        for var in args.variant:
+            prefix = f"{var['name']}-" if len(args.variant) > 1 else ""
+            saved, warm = work / f"{prefix}saved-cache", work / f"{prefix}cache-warm-{r}"
+            shutil.rmtree(warm, ignore_errors=True)
+            if r < cold_rounds:
+                cold = work / f"{prefix}cache-cold-{r}"
+                shutil.rmtree(cold, ignore_errors=True)
+                runs.append(run(args, f"{prefix}cold-{r}", cold, var))
+                if r == 0:  # every warm run starts from what the variant's first cold run saved
+                    shutil.copytree(cold, saved, dirs_exist_ok=True)
+            shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
+            runs.append(run(args, f"{prefix}warm-{r}", warm, var))
+            cold_s = runs[-2]["compile"]["since_launch_s"] if r < cold_rounds else float("nan")
+            print(f"round {r} {var['name']}: first step done {cold_s:.1f} s after launch cold, "
+                  f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
+            write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
     text = table(runs)
     # Inductor's and Triton's settings from the environment (the per-run cache folders are set here, not there)
-    env = {k: v for k, v in os.environ.items() if k.startswith(("TORCHINDUCTOR_", "TRITON_")) and "CACHE_DIR" not in k}
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith(("TORCHINDUCTOR_", "TRITON_", "TORCH_")) and "CACHE_DIR" not in k}  # fmt: skip
     write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out), "env": env},
                                                      "run": run_record(args.device), "runs": runs})  # fmt: skip
     (args.out / "cold_start.md").write_text(text + "\n")
     title = f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: launch to first step, cold, warm"
-    plot(runs, args.out / "cold_start.png", title)
+    try:
+        plot(runs, args.out / "cold_start.png", title)
+    except ImportError:  # a bare GPU machine: plot from the JSON elsewhere (`plot` reads only the runs)
+        print("no plot: matplotlib is not installed here", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
+    (args.out / "cold_start.partial.json").unlink(missing_ok=True)
     print(text)
 
 
