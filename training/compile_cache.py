@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import platform
 import time
@@ -189,9 +188,8 @@ def compile_counters() -> dict:
     phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
     # a bypass (neither hit nor miss) means AOTAutograd's cache was not used at all: the joint graph is traced anew
     wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss",
-              "autograd_cache_bypass", "dynamo_cache_hit", "dynamo_cache_miss", "dynamo_cache_error")  # fmt: skip
-    groups = ("inductor", "aot_autograd", "dynamo_cache")
-    counts = {k: v for group in groups for k, v in utils.counters[group].items() if k in wanted}
+              "autograd_cache_bypass")  # fmt: skip
+    counts = {k: v for group in ("inductor", "aot_autograd") for k, v in utils.counters[group].items() if k in wanted}
     return {"phases_s": phases, "caches": counts}
 
 
@@ -232,8 +230,7 @@ class Compiled:
         self.counters = compile_counters()
         caches = self.counters["caches"]
         hit, built = caches.get("fxgraph_cache_hit", 0), caches.get("fxgraph_cache_miss", 0)
-        found = "the traced program and its graphs found in caches" if caches.get("dynamo_cache_hit") else ""
-        line = f"compiled in {self.seconds:.1f} s ({found or f'{hit} graphs found in caches'}, {built} built)"
+        line = f"compiled in {self.seconds:.1f} s ({hit} graphs found in caches, {built} built)"
         if main:
             self.save()
         if self.saved is not None:
@@ -271,35 +268,6 @@ def cache_custom_autograd_functions() -> None:
         config.autograd_cache_allow_custom_autograd_functions = True
 
 
-def keep_traced_programs() -> bool:
-    """Keep Dynamo's traced program beside the kernels (torch's caching precompile), so that a process with the
-    compile cache neither traces the model nor derives its backward again: 6.6 s of an H100's 25 s warm start was
-    that tracing. The program is saved with the artifacts and put back when they load; `torch.compile` then installs
-    it, guards and compiled graphs, before the first call. Its guards leave out that globals such as `torch` and
-    `torch.cat` are still what they were when it was traced, which holds for the models `train` runs (torch warns
-    of each dropped guard; those warnings are filtered here). The local copies of earlier programs are removed
-    first: they are keyed by the forward's name alone, so another run shape's program would be installed, fail its
-    guards, and cost a load for nothing. False where this torch has no such switch."""
-    config = torch._dynamo.config
-    try:
-        from torch._dynamo.package import DynamoCache
-    except ImportError:
-        return False
-    if not hasattr(config, "caching_precompile"):
-        return False
-    config.caching_precompile = True
-    guards = logging.getLogger("torch._dynamo.guards")
-    if not any(isinstance(f, _DroppedGuards) for f in guards.filters):
-        guards.addFilter(_DroppedGuards())
-    DynamoCache.clear()
-    return True
-
-
-class _DroppedGuards(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "is dropped with caching_precompile" not in record.getMessage()
-
-
 def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
             set_up: dict[str, float] | None = None) -> Compiled:  # fmt: skip
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
@@ -310,8 +278,6 @@ def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
              "compile_mode": cfg.compile_mode, "channels_last": cfg.channels_last, "world_size": world_size,
              "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
-    if world_size == 1:  # ranks would remove each other's programs; DDP's split graphs are not tried with it
-        keep_traced_programs()
     cache = CompileCache(cfg.compile_cache, shape, device)
     cache.load()
     return Compiled(cache, set_up)

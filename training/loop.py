@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import sys
-import threading
 import time
 import traceback
 from contextlib import ExitStack
@@ -69,7 +68,6 @@ class RunSummary:
 def main(cfg: TrainConfig, loader=None) -> RunSummary:
     """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
     info, device = ddp.setup(cfg.device)
-    _start_early(device, cfg.compile)
     try:
         with StopOnSignal() as stop, ExitStack() as cleanup:
             return _train(cfg, loader, info, device, stop, cleanup)
@@ -78,23 +76,6 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
         raise
     finally:
         ddp.teardown(info)
-
-
-def _start_early(device: str, compiling: bool) -> None:
-    """Start CUDA (the driver, the context: seconds of every launch) in a thread while this one imports the
-    compiler, which holds the GIL where CUDA's start does not; the first use of the device waits for it (torch's lazy
-    initialization holds a lock). An error there shows at that first use, with its traceback."""
-    if device.startswith("cuda"):
-        threading.Thread(target=_start_cuda, args=(device,), name="cuda-start", daemon=True).start()
-    if compiling:
-        import torch._inductor.compile_fx  # noqa: F401  (torch._dynamo with it)
-
-
-def _start_cuda(device: str) -> None:
-    try:
-        torch.empty(1, device=device)
-    except Exception:  # the main thread meets it again, where it can stop the run
-        pass
 
 
 @torch.no_grad()
@@ -157,10 +138,11 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     # Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
     # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
     # graph and the NCCL all-reduces run eagerly between them (collectives are never captured). Not yet run on GPUs
-    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back. The first step
-    # compiles, torch.compile included (it installs a traced program the compile cache kept): its seconds, where they
-    # went, and the compile cache's part
-    compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up) if cfg.compile else None
+    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back
+    compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
+    if cfg.compile:
+        net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
+        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
 
     # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
     choice = None
@@ -238,7 +220,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             losses.append(host.item())
 
     def one_step() -> None:
-        nonlocal step, first_batch_s, flops, stopping, net
+        nonlocal step, first_batch_s, flops, stopping
         batch = timer.fetch(stream)
         if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
             first_batch_s = time.perf_counter() - t_stream
@@ -254,7 +236,6 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         timer.step_begin()
         if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
             with log.compiling(step + 1), compiled.first_step():
-                net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
                 train_step(batch.x, batch.y)
             log.write(f"step {step + 1}: {compiled.finish(info.main)}")
         else:

@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
                 if r == 0:  # every warm run starts from what the variant's first cold run saved
                     shutil.copytree(cold, saved, dirs_exist_ok=True)
             shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
+            write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
             runs.append(run(args, f"{prefix}warm-{r}", warm, var))
             cold_s = runs[-2]["compile"]["since_launch_s"] if r < cold_rounds else float("nan")
             print(f"round {r} {var['name']}: first step done {cold_s:.1f} s after launch cold, "
