@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig
+from .bytecode import keep_bytecode
+from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig, default_compile_cache
 
 _defaults = TrainConfig.__dataclass_fields__
 
@@ -103,6 +104,10 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
+    if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up
+        note = keep_bytecode(compile_cache or default_compile_cache())
+        if note and os.environ.get("RANK", "0") == "0":
+            click.echo(f"compile cache: {note}", err=True)
     if device and device.startswith("cuda"):
         import torch
 
