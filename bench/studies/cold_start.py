@@ -85,6 +85,7 @@ def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
         "PYTHONPATH": os.pathsep.join([var["code"], *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
     cmd = ["-c", LAUNCH, json.dumps(var["inductor"])] if var["inductor"] else ["-m", "training"]
+    dropped = drop_page_cache() if args.drop_page_cache else None
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, *cmd, *opts], env=env, cwd=var["code"], capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -97,7 +98,18 @@ def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
     shutil.rmtree(local, ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
     return {"name": name, "variant": var["name"], "kind": name.split("-")[-2], "launch_to_exit_s": wall,
             "samples_per_s": summary["samples_per_s"], "compile": summary["compile"], "steps": summary["steps"],
-            "autotune_results": len(tuned)}  # fmt: skip
+            "autotune_results": len(tuned), "page_cache_dropped": dropped}  # fmt: skip
+
+
+def drop_page_cache() -> bool:
+    """Empty the kernel's page cache (root only), so that torch's libraries are read from disk as on a machine just
+    started; False where this machine does not allow it."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
 
 
 def autotune_results(inductor: Path, t0: float) -> dict:
@@ -219,6 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="NAME=DIR[,KEY=VALUE...]: a checkout and Inductor settings (default: this checkout)",
     )
+    p.add_argument("--drop-page-cache", action="store_true", help="before every run, as on a machine just started")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     args.out = args.out.resolve()
