@@ -39,8 +39,8 @@ def keep_bytecode(compile_cache: Path, package: str = "torch") -> str | None:
     except OSError as e:
         return f"Python writes no bytecode here and {folder} cannot hold it ({e.strerror}): imports stay slow"
     sys.pycache_prefix, sys.dont_write_bytecode = str(folder), False
-    # the compiler's workers and the loader's processes are new interpreters: they read the environment
+    # the compiler's workers and the loader's processes are new interpreters: they read the bytecode there too, and
+    # leave the writing to this process (where PYTHONDONTWRITEBYTECODE says so), which imports what they import
     os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
-    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return (f"Python keeps no bytecode for torch here (PYTHONDONTWRITEBYTECODE, or read-only site-packages): it is "
             f"kept in {folder}, so the next start imports in seconds less")  # fmt: skip
