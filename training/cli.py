@@ -63,8 +63,8 @@ def _d(name: str):
     "--compile-cache",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Compiled kernels kept between runs and machines of the same GPU and torch [default: "
-    "$GPUFEED_COMPILE_CACHE or ~/.cache/gpufeed/compile].",
+    help="Compiled kernels (and Python's bytecode, where none is kept) kept between runs and machines of the same "
+    "GPU and torch [default: $GPUFEED_COMPILE_CACHE or ~/.cache/gpufeed/compile].",
 )
 @click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache.")
 @click.option(

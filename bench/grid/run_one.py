@@ -229,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         pin_cpus(job.cpus, rank)  # before torch is imported: its thread pools size themselves to the affinity
     if world > 1 and job.device.startswith("cuda"):  # one GPU per rank, as training.ddp.setup places them
         job = dataclasses.replace(job, device=f"cuda:{rank}")
+    if job.compile:  # as `train --compile` does, before torch is imported (training.bytecode)
+        from training.bytecode import keep_bytecode
+        from training.config import default_compile_cache
+
+        keep_bytecode(default_compile_cache())
     import torch
 
     if job.cpus:
