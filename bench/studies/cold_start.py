@@ -161,7 +161,7 @@ def table(runs: list[dict]) -> str:
 
 
 SET_UP = {"imports done": "interpreter, imports", "model on the device": "the device's start, the model",
-          "compile cache loaded": "loading the compile cache (before: with torch.compile)",
+          "compile cache loaded": "torch.compile, loading the compile cache",
           "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
           "loader open": "opening the loader", "first batch in hand": "the first batch",
           "FLOPs counted": "the FLOP count"}  # fmt: skip
@@ -240,6 +240,11 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.out / "work"
     runs: list[dict] = []
+
+    def keep(record: dict) -> None:
+        runs.append(record)
+        write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
+
     for r in range(args.rounds):
         for var in args.variant:
             prefix = f"{var['name']}-" if len(args.variant) > 1 else ""
@@ -248,16 +253,14 @@ def main(argv: list[str] | None = None) -> None:
             if r < cold_rounds:
                 cold = work / f"{prefix}cache-cold-{r}"
                 shutil.rmtree(cold, ignore_errors=True)
-                runs.append(run(args, f"{prefix}cold-{r}", cold, var))
+                keep(run(args, f"{prefix}cold-{r}", cold, var))
                 if r == 0:  # every warm run starts from what the variant's first cold run saved
                     shutil.copytree(cold, saved, dirs_exist_ok=True)
             shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
-            write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
-            runs.append(run(args, f"{prefix}warm-{r}", warm, var))
+            keep(run(args, f"{prefix}warm-{r}", warm, var))
             cold_s = runs[-2]["compile"]["since_launch_s"] if r < cold_rounds else float("nan")
             print(f"round {r} {var['name']}: first step done {cold_s:.1f} s after launch cold, "
                   f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
-            write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
     text = table(runs)
     # Inductor's and Triton's settings from the environment (the per-run cache folders are set here, not there)
     env = {k: v for k, v in os.environ.items()
