@@ -8,7 +8,8 @@ named in `--regions` made nested regions (`ResBlock+Attention`: every residual b
         --backends aot_eager,inductor --regions none,ResBlock+Attention,ResBlock,Attention \\
         --out bench/results/cold_start_cpu/regions
     python -m bench.studies.compile_regions --model ddpm_cifar10 --device cuda --batch-size 128 \\
-        --mode reduce-overhead --backends inductor --steps 50 --dense-skip --out bench/results/cold_start_h100/regions
+        --mode reduce-overhead --backends inductor --regions none,ResBlock+Attention --steps 50 --dense-skip \\
+        --out bench/results/cold_start_h100/candidates/regions
 
 `aot_eager` stops after Dynamo's and AOTAutograd's tracing (what regions can spare on any device); `inductor` adds
 code generation and the compiler's builds. A run that fails keeps its error's last line in the table and the JSON.
