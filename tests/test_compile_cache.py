@@ -16,19 +16,25 @@ from training.compile_cache import CompileCache
 
 SHAPE = {"model": "probe", "batch_size": 2}
 
-# compiles a small module's forward and backward with CPU Inductor, then prints what the caches gave
+# compiles a small module's forward and backward with CPU Inductor as `train` does (the traced program kept), then
+# prints what the caches gave; then a new input shape, which Dynamo traces anew after a program was installed
 PROBE = """
 import json, sys, torch
+from contextlib import nullcontext
 from pathlib import Path
-from training.compile_cache import CompileCache, Compiled, compile_counters
+from training.compile_cache import CompileCache, Compiled, compile_counters, keep_traced_programs
+kept = keep_traced_programs()
 cache = CompileCache(Path(sys.argv[1]), {"model": "probe", "batch_size": 2}, "cpu")
 loaded, compiled = cache.load(), Compiled(cache)
-net = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)))
+net = compiled.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)), None,
+                       nullcontext())
 net(torch.randn(2, 8)).sum().backward()
 compiled.save()
 saved = str(compiled.saved) if compiled.saved else None
-print(json.dumps({"loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error}
-                 | compile_counters()))
+report = {"kept": kept, "loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error}
+report |= compile_counters()
+net(torch.randn(3, 8)).sum().backward()
+print(json.dumps(report | {"new_shape": compile_counters()}))
 """
 
 
@@ -68,8 +74,27 @@ def test_fresh_process_uses_the_saved_artifacts(saved):
     nothing new is written (the file already holds it all)."""
     _, cold, warm = saved
     assert warm["loaded"] and warm["note"].startswith("loaded ")
-    assert warm["caches"].get("fxgraph_cache_hit", 0) == cold["caches"]["fxgraph_cache_miss"]
     assert warm["caches"].get("fxgraph_cache_miss", 0) == 0 and warm["saved"] is None
+
+
+@pytest.mark.slow
+def test_fresh_process_installs_the_traced_program(saved):
+    """The first process keeps Dynamo's traced program with the kernels; the next installs it at torch.compile and
+    does not trace the model: the backend is never called, no graph is looked up or built (installing it loads the
+    kernels, which torch times as the frame's compile)."""
+    _, cold, warm = saved
+    assert cold["kept"] and warm["kept"]
+    assert cold["caches"].get("dynamo_cache_miss") == 1 and "entire_frame_compile" in cold["phases_s"]
+    assert warm["caches"] == {"dynamo_cache_hit": 1} and "backend_compile" not in warm["phases_s"]
+
+
+@pytest.mark.slow
+def test_a_new_shape_after_an_installed_program_is_traced_anew(saved):
+    """After a program from the cache is installed, a new input shape makes Dynamo trace again; the names the program
+    brought into the module are not taken twice (torch stops on an assertion where they are)."""
+    _, _, warm = saved
+    assert warm["new_shape"]["phases_s"].get("backend_compile", 0) > 0
+    assert warm["new_shape"]["caches"].get("fxgraph_cache_miss", 0) >= 1
 
 
 def doctored(saved, tmp_path: Path, **environment) -> CompileCache:
@@ -156,13 +181,14 @@ def test_shape_and_environment_name_the_file(tmp_path):
 
 @pytest.mark.slow
 def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp_path):
-    """`train --compile` on the CPU (Inductor): the log says it is compiling and for how long, the kernels are saved;
-    a second run with empty local caches loads them and builds no graph; summary.json says where the time went."""
+    """`train --compile` on the CPU (Inductor, bf16 autocast): the log says it is compiling and for how long, the
+    kernels and the traced program are saved; a second run with empty local caches installs the program, whose guards
+    hold under the step's autocast, and neither traces nor builds; summary.json says where the time went."""
 
     def run(name: str) -> tuple[str, dict]:
         out = tmp_path / name
         args = ["-m", "training", "--data", str(cifar_small), "--out", str(out), "--loader", "gpu", "--model", "tiny",
-                "--batch-size", "4", "--steps", "2", "--precision", "fp32", "--device", "cpu", "--workers", "0",
+                "--batch-size", "4", "--steps", "2", "--precision", "bf16", "--device", "cpu", "--workers", "0",
                 "--no-pin-memory", "--sample-every", "0", "--ckpt-every", "0", "--no-progress", "--log-every", "2",
                 "--timing-warmup", "1", "--compile", "--compile-cache", str(tmp_path / "cache")]  # fmt: skip
         env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"local-{name}")}
@@ -177,14 +203,15 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
     assert first["first_step_s"] > 0 and first["phases_s"]["inductor_compile"] > 0
     assert first["timed_since_launch_s"] > first["since_launch_s"]  # the timed step 2 starts after step 1 is done
     marks = list(first["set_up_s"].values())  # the set-up's points, in order, all before the first step ends
-    assert list(first["set_up_s"]) == ["imports done", "model on the device", "compile cache loaded", "loader open",
-                                       "first batch in hand", "FLOPs counted"]  # fmt: skip
+    assert list(first["set_up_s"]) == ["imports done", "model on the device", "compile cache loaded", "model compiled",
+                                       "loader open", "first batch in hand", "FLOPs counted"]  # fmt: skip
     assert 0 < marks[0] and marks == sorted(marks) and marks[-1] < first["since_launch_s"] - first["first_step_s"] + 1
     assert first["caches"]["fxgraph_cache_miss"] >= 2 and Path(first["cache"]["saved"]).is_file()
-    log, second = run("warm")
-    built = first["caches"]["fxgraph_cache_miss"]
-    assert "compile cache: loaded " in log and f"({built} graphs found in caches, 0 built)" in log
-    assert second["caches"].get("fxgraph_cache_miss", 0) == 0 and second["cache"]["loaded"]["inductor"] >= 2
-    # AOTAutograd's cache too, though the UNet holds a custom autograd.Function: the joint graph is not traced again
+    # AOTAutograd's cache is used, though the UNet holds a custom autograd.Function (a bypass would trace anew)
     assert first["caches"]["autograd_cache_miss"] == 1 and "autograd_cache_bypass" not in first["caches"]
-    assert second["caches"]["autograd_cache_hit"] == 1 and second["cache"]["loaded"]["aot_autograd"] == 1
+    assert first["caches"]["dynamo_cache_miss"] == 1
+    log, second = run("warm")
+    assert "compile cache: loaded " in log and "; the traced program installed in " in log
+    assert "(the traced program found in caches, 0 built)" in log
+    assert second["caches"] == {"dynamo_cache_hit": 1} and second["cache"]["loaded"]["inductor"] >= 2
+    assert "backend_compile" not in second["phases_s"] and "entire_backward_compile" not in second["phases_s"]

@@ -5,10 +5,13 @@ generates the kernels and a compiler builds them (Triton on a GPU, a C++ compile
 among variants. `torch.compiler.save_cache_artifacts()` gathers what AOTAutograd, Inductor and the autotuner produced
 in this process, found in the local caches or made anew, into one blob; `load_cache_artifacts()` in a new process,
 on any machine, puts them back into its local caches, so its compile finds them there instead of generating and
-building them again. Dynamo's tracing is still paid. The artifacts hold for one torch build and one kind of device,
-so a file records both, is named by them, and a file made elsewhere is left alone with a message: the run compiles
-anew and saves its own beside it. A GPU's Triton kernels also look for their autotuning results in the local Inductor
-cache folder they were compiled in: the file records it, and a run under another folder is told how to keep it.
+building them again. The artifacts hold for one torch build and one kind of device, so a file records both, is named
+by them, and a file made elsewhere is left alone with a message: the run compiles anew and saves its own beside it.
+A single-process run also keeps Dynamo's traced program (torch's caching precompile), so a process with the file
+neither traces the model nor looks its graphs up; a run whose model source changed traces anew (torch checks the
+sources the program was traced from). A GPU's Triton kernels also look for their autotuning results in the local
+Inductor cache folder they were compiled in: the file records it, and a run under another folder is told how to keep
+it.
 
 The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile; copy it to
 a new machine of the same GPU and torch, or point `--compile-cache` at shared storage. What it holds is compiled code
@@ -18,12 +21,16 @@ that runs when it is loaded: keep it as trusted as the program itself, never ins
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import logging
 import os
 import platform
+import re
+import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -188,8 +195,9 @@ def compile_counters() -> dict:
     phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
     # a bypass (neither hit nor miss) means AOTAutograd's cache was not used at all: the joint graph is traced anew
     wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss",
-              "autograd_cache_bypass")  # fmt: skip
-    counts = {k: v for group in ("inductor", "aot_autograd") for k, v in utils.counters[group].items() if k in wanted}
+              "autograd_cache_bypass", "dynamo_cache_hit", "dynamo_cache_miss")  # fmt: skip
+    groups = ("inductor", "aot_autograd", "dynamo_cache")
+    counts = {k: v for group in groups for k, v in utils.counters[group].items() if k in wanted}
     return {"phases_s": phases, "caches": counts}
 
 
@@ -209,6 +217,20 @@ class Compiled:
         # which goes on filling after this point, torch.compile and the compile cache's loading
         self.set_up = set_up if set_up is not None else {}
         self.set_up["compile cache loaded"] = round(since_launch(), 3)
+
+    def compile(self, net: torch.nn.Module, mode: str | None, step_context: AbstractContextManager) -> torch.nn.Module:
+        """torch.compile(net) inside the context the training step runs its forward in (its autocast). Where the
+        compile cache held a traced program for this model, torch installs it here, loading its kernels, and builds
+        its guards from the thread's state at this point: outside the step's autocast, every input's dispatch keys
+        would differ from those it was traced with, its guards would fail, and Dynamo would trace the model anew."""
+        t0 = time.perf_counter()
+        with step_context:
+            net = torch.compile(net, mode=mode)
+        if getattr(torch._dynamo.config, "caching_precompile", False):
+            _names_past_installed()
+        if compile_counters()["caches"].get("dynamo_cache_hit") and self.cache is not None:
+            self.cache.note += f"; the traced program installed in {time.perf_counter() - t0:.1f} s"
+        return net
 
     @property
     def done(self) -> bool:
@@ -230,7 +252,8 @@ class Compiled:
         self.counters = compile_counters()
         caches = self.counters["caches"]
         hit, built = caches.get("fxgraph_cache_hit", 0), caches.get("fxgraph_cache_miss", 0)
-        line = f"compiled in {self.seconds:.1f} s ({hit} graphs found in caches, {built} built)"
+        found = "the traced program" if caches.get("dynamo_cache_hit") else f"{hit} graphs"
+        line = f"compiled in {self.seconds:.1f} s ({found} found in caches, {built} built)"
         if main:
             self.save()
         if self.saved is not None:
@@ -268,6 +291,51 @@ def cache_custom_autograd_functions() -> None:
         config.autograd_cache_allow_custom_autograd_functions = True
 
 
+def keep_traced_programs() -> bool:
+    """Keep Dynamo's traced program with the artifacts (torch's caching precompile): a process that loads them then
+    neither traces the model nor derives its backward; `Compiled.compile` installs the program, its guards and
+    compiled graphs before the first call (6-7 s of an H100's start from the cache was that tracing). The program's
+    guards leave out that globals such as `torch.nn.functional` are what they were when it was traced; torch warns of
+    each dropped guard, and those warnings are filtered here. The local copies of earlier programs are removed first:
+    torch keys them by the forward's name alone, so another run shape's program would be installed, fail its guards
+    and be traced anew for nothing. False (nothing kept) where this torch lacks the switch or the name counter that
+    `Compiled.compile` moves."""
+    from torch._dynamo import bytecode_transformation
+
+    try:
+        from torch._dynamo.package import DynamoCache
+    except ImportError:
+        return False
+    config = torch._dynamo.config
+    if not hasattr(config, "caching_precompile") or not hasattr(bytecode_transformation, "_unique_id_counter"):
+        return False
+    config.caching_precompile = True
+    guards = logging.getLogger("torch._dynamo.guards")
+    if not any(isinstance(f, _DroppedGuards) for f in guards.filters):
+        guards.addFilter(_DroppedGuards())
+    DynamoCache.clear()
+    return True
+
+
+class _DroppedGuards(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "is dropped with caching_precompile" not in record.getMessage()
+
+
+def _names_past_installed() -> None:
+    """Dynamo names the globals a trace puts into a module from one counter per process, and stops on an assertion
+    where a name is taken. An installed program brings the names of the process that traced it, so a later trace here
+    (a new input shape, a failed guard) would take the same names: move the counter past every such name (torch 2.11
+    to 2.14 stop otherwise; tests/test_compile_cache.py traces anew after an install). The program's module is
+    torch's, not the model's, so every module is looked at (a few milliseconds)."""
+    from torch._dynamo import bytecode_transformation as bt
+
+    taken = [int(m.group(1)) for module in list(sys.modules.values()) for name in list(getattr(module, "__dict__", ()))
+             if name[-1:].isdigit() and (m := re.fullmatch(r"__\w*?_(\d+)", name))]  # fmt: skip
+    if taken:
+        bt._unique_id_counter = itertools.count(max(next(bt._unique_id_counter), max(taken) + 1))
+
+
 def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
             set_up: dict[str, float] | None = None) -> Compiled:  # fmt: skip
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
@@ -278,6 +346,8 @@ def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
              "compile_mode": cfg.compile_mode, "channels_last": cfg.channels_last, "world_size": world_size,
              "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
+    if world_size == 1 and cfg.vae is None:  # ranks would remove each other's programs; not tried with them or --vae
+        keep_traced_programs()
     cache = CompileCache(cfg.compile_cache, shape, device)
     cache.load()
     return Compiled(cache, set_up)

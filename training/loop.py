@@ -138,11 +138,14 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     # Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
     # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
     # graph and the NCCL all-reduces run eagerly between them (collectives are never captured). Not yet run on GPUs
-    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back
+    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back. The compile cache
+    # loads first: torch.compile installs the traced program it may hold
+    autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
-        net = torch.compile(net, mode=None if cfg.compile_mode == "default" else cfg.compile_mode)
         compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
+        net = compiled.compile(net, None if cfg.compile_mode == "default" else cfg.compile_mode, autocast)
+        mark("model compiled")
 
     # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
     choice = None
@@ -167,7 +170,6 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         log.write(f"compile cache: {compiled.cache.note}")
     preview = Preview(spec, encoder, device)
     timer = StepTimer(device)
-    autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     params, ema_params = list(model.parameters()), list(ema_model.parameters())
     losses: list[float] = []
     # losses not yet read, each a host copy and the CUDA event after which it holds the value: Tensor.item() on a

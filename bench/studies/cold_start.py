@@ -161,7 +161,8 @@ def table(runs: list[dict]) -> str:
 
 
 SET_UP = {"imports done": "interpreter, imports", "model on the device": "the device's start, the model",
-          "compile cache loaded": "torch.compile, loading the compile cache",
+          "compile cache loaded": "the compiler's import, loading the compile cache",
+          "model compiled": "torch.compile (installs a traced program from the cache)",
           "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
           "loader open": "opening the loader", "first batch in hand": "the first batch",
           "FLOPs counted": "the FLOP count"}  # fmt: skip
