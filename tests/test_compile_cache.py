@@ -16,33 +16,41 @@ from training.compile_cache import CompileCache
 
 SHAPE = {"model": "probe", "batch_size": 2}
 
-# compiles a small module's forward and backward with CPU Inductor as `train` does (the traced program kept), then
-# prints what the caches gave; then a new input shape, which Dynamo traces anew after a program was installed
+# compiles a small module's forward and backward with Inductor as `train` does (the traced program kept), on the
+# device and in the compile mode given, then prints what the caches gave and, on a GPU, how many CUDA graphs were
+# recorded; then a new input shape, which Dynamo traces anew after a program was installed
 PROBE = """
 import json, sys, torch
 from contextlib import nullcontext
 from pathlib import Path
 from training.compile_cache import CompileCache, Compiled, compile_counters, keep_traced_programs
+directory, device, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3] if sys.argv[3] != "default" else None
 kept = keep_traced_programs()
-cache = CompileCache(Path(sys.argv[1]), {"model": "probe", "batch_size": 2}, "cpu")
+cache = CompileCache(directory, {"model": "probe", "batch_size": 2}, device)
 loaded, compiled = cache.load(), Compiled(cache)
-net = compiled.compile(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)), None,
-                       nullcontext())
-net(torch.randn(2, 8)).sum().backward()
+module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).to(device)
+net = compiled.compile(module, mode, nullcontext())
+for _ in range(3):  # CUDA graphs are recorded on the third call
+    torch.compiler.cudagraph_mark_step_begin()
+    net(torch.randn(2, 8, device=device)).sum().backward()
 compiled.save()
 saved = str(compiled.saved) if compiled.saved else None
 report = {"kept": kept, "loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error}
+if device == "cuda":
+    from torch._inductor.cudagraph_trees import get_manager
+    manager = get_manager(0, create_if_none_exists=False)
+    report["cuda_graphs"] = 0 if manager is None else sum(len(nodes) for nodes in manager.roots.values())
 report |= compile_counters()
-net(torch.randn(3, 8)).sum().backward()
+net(torch.randn(3, 8, device=device)).sum().backward()
 print(json.dumps(report | {"new_shape": compile_counters()}))
 """
 
 
-def probe(cache_dir: Path, local: Path) -> dict:
+def probe(cache_dir: Path, local: Path, device: str = "cpu", mode: str = "default") -> dict:
     """A fresh interpreter whose own (local) Inductor cache is empty: all it can find is in `cache_dir`."""
     env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(local), "TRITON_CACHE_DIR": str(local / "triton")}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(cache_dir)], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", PROBE, str(cache_dir), device, mode], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,6 +103,18 @@ def test_a_new_shape_after_an_installed_program_is_traced_anew(saved):
     _, _, warm = saved
     assert warm["new_shape"]["phases_s"].get("backend_compile", 0) > 0
     assert warm["new_shape"]["caches"].get("fxgraph_cache_miss", 0) >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_an_installed_program_keeps_its_cuda_graphs(tmp_path):
+    """Under "reduce-overhead" a program installed from the cache runs in CUDA graphs as the traced one did: torch
+    rebuilds its graphs without Inductor and reads that switch from the global options, which `Compiled.compile`
+    sets from the mode (without them an H100 trained at half the rate)."""
+    cold = probe(tmp_path / "cache", tmp_path / "local-cold", "cuda", "reduce-overhead")
+    warm = probe(tmp_path / "cache", tmp_path / "local-warm", "cuda", "reduce-overhead")
+    assert warm["caches"].get("dynamo_cache_hit") == 1
+    assert cold["cuda_graphs"] >= 2 and warm["cuda_graphs"] == cold["cuda_graphs"]
 
 
 def doctored(saved, tmp_path: Path, **environment) -> CompileCache:
