@@ -40,7 +40,9 @@ report = {"kept": kept, "loaded": loaded, "note": cache.note, "saved": saved, "e
 if device == "cuda":
     from torch._inductor.cudagraph_trees import get_manager
     manager = get_manager(0, create_if_none_exists=False)
-    report["cuda_graphs"] = 0 if manager is None else sum(len(nodes) for nodes in manager.roots.values())
+    def count(nodes):  # a forward's graph is a root, its backward's a child
+        return sum(1 + count([c for cs in n.children.values() for c in cs]) for n in nodes)
+    report["cuda_graphs"] = 0 if manager is None else count([n for ns in manager.roots.values() for n in ns])
 report |= compile_counters()
 module.zero_grad(set_to_none=True)
 net(torch.randn(3, 8, device=device)).sum().backward()
