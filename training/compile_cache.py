@@ -331,7 +331,7 @@ def _names_past_installed() -> None:
     """Dynamo names the globals a trace puts into a module from one counter per process, and stops on an assertion
     where a name is taken. An installed program brings the names of the process that traced it, so a later trace here
     (a new input shape, a failed guard) would take the same names: move the counter past every such name (torch 2.11
-    to 2.14 stop otherwise; tests/test_compile_cache.py traces anew after an install). The program's module is
+    and 2.14 stop otherwise; tests/test_compile_cache.py traces anew after an install). The program's module is
     torch's, not the model's, so every module is looked at (a few milliseconds)."""
     from torch._dynamo import bytecode_transformation as bt
 
