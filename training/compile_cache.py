@@ -226,14 +226,14 @@ class Compiled:
         The mode's Inductor options are set around it too: torch rebuilds an installed program's graphs without
         calling Inductor, reading CUDA graphs on or off from the global options, so under "reduce-overhead" the
         program ran without them (an H100: 2,976 images/s against 6,274)."""
+        from torch._dynamo.utils import counters
         from torch._inductor import list_mode_options
 
         t0 = time.perf_counter()
         with step_context, torch._inductor.config.patch(list_mode_options(mode) if mode else {}):
             net = torch.compile(net, mode=mode)
-        if getattr(torch._dynamo.config, "caching_precompile", False):
+        if counters["dynamo_cache"]["dynamo_cache_hit"] and self.cache is not None:  # a program was installed
             _names_past_installed()
-        if compile_counters()["caches"].get("dynamo_cache_hit") and self.cache is not None:
             self.cache.note += f"; the traced program installed in {time.perf_counter() - t0:.1f} s"
         return net
 
