@@ -9,6 +9,7 @@ OutsideError, naming the entry, where it was found and the rule. What is checked
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,3 +106,44 @@ class _Scope:
             f"{self.source}: entry {entry!r} {reason}; refused, as paths in a {self.what} must stay inside it "
             f"({self.root}): {self.fix}"
         )
+
+
+class NotRegularError(ValueError):
+    """A name that should be a regular file is a FIFO, a device, a socket or a directory. Opening a FIFO blocks until
+    a writer comes (for ever), and reading a device may never end: neither is data."""
+
+
+def require_regular(path: Path | str, what: str = "file") -> None:
+    """Raise NotRegularError unless `path` (symbolic links followed) is a regular file; FileNotFoundError (an
+    OSError) where it is missing. `stat` never blocks, where `open` on a FIFO would."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularError(f"{path}: is {_kind(mode)}, not a regular {what}; replace it with the real file")
+
+
+def open_regular(path: Path | str, mode: str = "rb", what: str = "file"):
+    """`open(path, mode)` for reading, refusing anything but a regular file without blocking on it: the file is opened
+    non-blocking (a FIFO opens at once that way) and checked on its descriptor, so nothing can swap it in between."""
+    if mode not in ("r", "rb"):
+        raise ValueError(f"open_regular reads; mode {mode!r}")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise NotRegularError(f"{path}: is {_kind(st_mode)}, not a regular {what}; replace it with the real file")
+        os.set_blocking(fd, True)
+        return open(fd, mode, closefd=True)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _kind(mode: int) -> str:
+    kinds = [
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
