@@ -56,13 +56,20 @@ def changed_fields(manifest: dict) -> list[str] | None:
         return ["digest.fields is not an object of sha256 digests"]
     leaves = _leaves(manifest)
     now = field_digests(manifest)
-    problems = []
+    problems, named = [], set()  # named: current fields already reported
     for name, digest in recorded.items():
-        if name not in now:
-            problems.append(f"{name} is missing (the conversion recorded it)")
-        elif now[name] != digest:
+        if name in now and now[name] != digest:
             problems.append(f"{name} (now {_shown(leaves[name])}) differs from what was converted")
-    problems += [f"{name} was not there at conversion" for name in now if name not in recorded]
+        elif name not in now:
+            parent = next((p for p in now if name.startswith(p + ".")), None)  # an object replaced by a value
+            if parent is not None and parent not in named:
+                problems.append(f"{parent} (now {_shown(leaves[parent])}) differs from what was converted")
+            elif parent is None and any(n.startswith(name + ".") for n in now):  # a value replaced by an object
+                problems.append(f"{name} (now an object) differs from what was converted")
+            elif parent is None:
+                problems.append(f"{name} is missing (the conversion recorded it)")
+            named |= {parent} | {n for n in now if n.startswith(name + ".")}
+    problems += [f"{name} was not there at conversion" for name in now if name not in recorded and name not in named]
     return problems
 
 

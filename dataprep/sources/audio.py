@@ -44,7 +44,8 @@ def decoded_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
         raise BadSample(path, "audio file holds no samples")
     _require_finite(path, data, rate, "NaN or infinite values (a float WAV can hold them)")
     if spec.channels == 1 or data.shape[1] not in (1, spec.channels):
-        data = data.mean(axis=1, keepdims=True)
+        with np.errstate(over="ignore"):  # an overflow is found below and named with the file, not warned about
+            data = data.mean(axis=1, keepdims=True)
     if data.shape[1] != spec.channels:
         data = np.repeat(data, spec.channels, axis=1)
     if rate != spec.sample_rate:
