@@ -13,6 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.finite import first_non_finite
+from dataprep.formats.files import check_sample
+
 from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
 
 
@@ -68,9 +71,6 @@ class FilesDataset(torch.utils.data.Dataset):
     def _checked(self, x: np.ndarray, path: Path) -> np.ndarray:
         """The sample, if it has the manifest's shape and dtype (a `.npy` header edited after conversion would give
         a batch that cannot be stacked, naming no file, or wrong values) and no NaN or Inf (a NaN loss)."""
-        from dataprep.finite import first_non_finite
-        from dataprep.formats.files import check_sample
-
         try:
             check_sample(x, path, self.shape, self.dtype)
         except ValueError as e:

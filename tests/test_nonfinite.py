@@ -83,6 +83,28 @@ def test_skip_leaves_the_non_finite_clip_out(fsdd_root, tmp_path):
     assert CliRunner().invoke(cli, ["verify", str(out)]).exit_code == 0
 
 
+def test_encoder_names_the_sample_whose_latent_is_not_finite(audio_vae):
+    """Through the encoder's API (no decoding check before it), a clip with one NaN frame gives a NaN latent: the
+    stream of chunks stops at it, naming its index in the output (70: the second chunk's seventh) and its file."""
+    from dataprep.latents import VaeError, load_vae
+    from dataprep.latents.encode import LatentEncoder
+    from dataprep.sources import AudioSpec, build_source
+    from dataprep.sources.base import Chunk
+
+    spec = AudioSpec(clip_seconds=0.64)  # 64 mel frames: the autoencoder halves them twice
+    source = build_source("synthetic-audio", None, split="train", limit=96, audio=spec)
+    chunks = list(source.chunks(64, "error", 1))
+    assert [len(c) for c in chunks] == [64, 32]
+    chunks[1].x[6, 100] = np.nan
+    named = [[Path(f"clip-{i + 64 * k}.wav") for i in range(len(c))] for k, c in enumerate(chunks)]
+    chunks = [Chunk(c.x, c.y, c.length, names=names) for c, names in zip(chunks, named)]
+    encoder = LatentEncoder(load_vae(audio_vae), "audio", (spec.num_samples,), spec, batch_size=32)
+    stream = encoder.stream(iter(chunks))
+    assert np.isfinite(next(stream).x).all()
+    with pytest.raises(VaeError, match=r"^sample 70 \(clip-70.wav\): the autoencoder's latent holds NaN or Inf \(1 of"):
+        next(stream)
+
+
 # --- stored values -----------------------------------------------------------------------------------------------
 
 
@@ -143,13 +165,14 @@ def test_verify_refuses_nan_a_conversion_stored(latent_images, tmp_path):
         assert f"{fmt}: sample 7 holds NaN or Inf" in r.output, r.output
 
 
-def test_gpu_loader_refuses_a_stored_nan_at_open(latent_images, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_gpu_loader_refuses_a_stored_nan_at_open(latent_images, tmp_path, device):
     """The gpu loader has every sample on the device once: it finds the NaN there and names the sample."""
     data_dir = Path(shutil.copytree(latent_images, tmp_path / "data"))
     poison_stored(data_dir, "hdf5", 9)
     as_converted(data_dir)
     with pytest.raises(LoaderError, match="sample 9 holds NaN or Inf, which would make the loss NaN; run `dataprep"):
-        build_loader("gpu", data_dir, batch_size=4)
+        build_loader("gpu", data_dir, batch_size=4, device=device)
 
 
 @pytest.mark.parametrize("workers", [0, 1])

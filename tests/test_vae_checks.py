@@ -114,9 +114,11 @@ def test_autoencoder_with_a_non_finite_weight_is_refused(image_vae, tmp_path, va
     assert "Traceback" not in r.output and nothing_written(out)
 
 
-def test_latents_that_overflow_float16_are_refused_naming_the_file(image_vae, tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_latents_that_overflow_float16_are_refused_naming_the_file(image_vae, tmp_path, device):
     """An autoencoder whose means overflow float16 (beyond 65504: Inf once stored): the conversion stops at the
-    first such sample, naming its index and its file, and writes nothing."""
+    first such sample, naming its index and its file, and writes nothing. On a GPU the check runs there, in the
+    graphed bf16 path, and is read back with the latents."""
     from dataprep_helpers import random_images
     from PIL import Image
 
@@ -127,7 +129,8 @@ def test_latents_that_overflow_float16_are_refused_naming_the_file(image_vae, tm
     for i, im in enumerate(random_images(6)):
         Image.fromarray(im).save(folder / f"{i}.png")
     out = tmp_path / "out"
-    r = convert_cli("--input", str(tmp_path / "in"), "--output", str(out), "--vae", str(vae), "--batch-size", "4")
+    args = ["--input", str(tmp_path / "in"), "--output", str(out), "--vae", str(vae), "--batch-size", "4"]
+    r = CliRunner().invoke(cli, ["convert", "--quiet", "--workers", "1", "--device", device, *args])
     assert r.exit_code == 1, r.output
     assert f"sample 0 ({folder / '0.png'}): the autoencoder's latent holds NaN or Inf (6 of the 6 samples" in r.output
     assert "Traceback" not in r.output and nothing_written(out)
