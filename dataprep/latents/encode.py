@@ -187,9 +187,8 @@ class LatentEncoder:
         name = f" ({chunk.names[k]})" if chunk.names else ""
         raise VaeError(
             f"sample {self.collected + k}{name}: the autoencoder's latent holds NaN or Inf ({int((~finite).sum())} of "
-            f"the {len(finite)} samples of its chunk), so nothing was written; {self.vae.identity['name']} overflows "
-            "on this input (values beyond float16's 65504 become Inf when stored): check the autoencoder, or try "
-            "--vae-precision fp32"
+            f"the {len(finite)} samples of its chunk), so nothing was written; check {self.vae.identity['name']} on "
+            "this input (values beyond float16's 65504 become Inf when stored), or try --vae-precision fp32"
         )
 
     def encode(self, chunk: Chunk) -> Chunk:
