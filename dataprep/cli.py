@@ -87,14 +87,18 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
 @click.argument("data_dir", type=click.Path(path_type=Path))
 def verify(data_dir: Path) -> None:
     """Re-hash every file and re-read every sample of every format against the manifest."""
+    from .fields import unchecked_note
     from .manifest import load_manifest, resize_line
     from .verify import verify as run
 
+    manifest = _guard(load_manifest, data_dir)
+    note = unchecked_note(manifest)
+    if note:
+        click.echo(f"warning: {note}", err=True)
     problems = _guard(run, data_dir)
     if problems:
         raise click.ClickException("verification failed:\n  " + "\n  ".join(problems))
     click.echo(f"{data_dir}: every file and every sample of every format matches the manifest")
-    manifest = load_manifest(data_dir)
     if isinstance(manifest.get("resize"), dict):
         click.echo(f"images were resized {resize_line(manifest)}")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import __version__
 from .digest import SampleDigest, file_sha256
+from .fields import field_digests
 from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
@@ -133,6 +134,7 @@ def _convert(cfg: ConvertConfig) -> dict:
         manifest["timings"] = {"wall_s": wall, "cpu_s": cpu, "workers": cfg.workers, "stages": times.as_dict()}
         if encoder is not None:
             manifest["timings"]["encoded_per_s"] = encoder.pace()
+        manifest["digest"]["fields"] = field_digests(manifest)  # last: of the values as written
         write_json_atomic(tmp / NAME, manifest)
         work.publish()
         if cfg.timings:
@@ -246,7 +248,8 @@ def _slice(chunk: Chunk, a: int, b: int) -> Chunk:
 
 
 def _head(chunk: Chunk, n: int) -> Chunk:
-    return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped)
+    names = None if chunk.names is None else chunk.names[:n]
+    return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped, names)
 
 
 def _meta(source, chunk, spec: AudioSpec, encoder=None) -> DatasetMeta:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -72,24 +73,38 @@ def _problem(m: dict) -> str | None:
          "each format must be an object listing its files as {path, bytes, sha256}"),
         (m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
          "audio must hold a sample_rate"),
-        (m["kind"] != "latent" or _latent_ok(m.get("latent"), m["sample_shape"]),
-         "latent must hold of, views, scaling_factor, shift_factor and a shape that matches sample_shape"),
     ]  # fmt: skip
-    return next((message for ok, message in checks if not ok), None)
+    problem = next((message for ok, message in checks if not ok), None)
+    return problem or (_latent_problem(m.get("latent"), m["sample_shape"]) if m["kind"] == "latent" else None)
 
 
-def _latent_ok(latent, sample_shape: list) -> bool:
-    """What the loaders read to turn stored moments into model input (dataprep.latents.encode)."""
-    return (
-        isinstance(latent, dict)
-        and latent.get("of") in ("image", "audio")
-        and all(
-            isinstance(latent.get(k), (int, float)) and not isinstance(latent.get(k), bool)
-            for k in ("scaling_factor", "shift_factor")
-        )
-        and isinstance(latent.get("views"), list)
-        and sample_shape == [len(latent["views"]), 2, *latent.get("shape", [])]
-    )
+def _latent_problem(latent, sample_shape: list) -> str | None:
+    """What the loaders read to turn stored moments into model input (dataprep.latents.encode), checked: a NaN or
+    infinite factor would make every delivered value NaN, a zero scaling every value zero."""
+    if not isinstance(latent, dict):
+        return "latent must be an object (of, views, shape, scaling_factor, shift_factor)"
+    factors = [("scaling_factor", "a finite non-zero number"), ("shift_factor", "a finite number")]
+    for key, must in factors:
+        value = latent.get(key)
+        if not _finite(value) or (key == "scaling_factor" and value == 0):
+            return f"latent.{key} is {json.dumps(value)[:40]}; must be {must}"
+    if latent.get("of") not in ("image", "audio"):
+        return "latent.of must be 'image' or 'audio'"
+    shape = latent.get("shape")
+    if not isinstance(latent.get("views"), list) or not isinstance(shape, list):
+        return "latent must hold views and shape as lists"
+    if sample_shape != [len(latent["views"]), 2, *shape]:
+        return f"latent.views and latent.shape {shape} do not match sample_shape {sample_shape}"
+    return None
+
+
+def _finite(v) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _format_ok(fmt) -> bool:

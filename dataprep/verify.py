@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from .digest import SampleDigest, file_sha256
+from .fields import changed_fields
+from .finite import first_non_finite
 from .formats import module
 from .manifest import NAME, load_manifest, require_verifiable
 from .paths import OutsideError, all_inside
@@ -50,11 +52,17 @@ def _locate(data_dir: Path, manifest: dict, name: str, bad_chunk: int, good: lis
     return f"samples {first}..{last} differ from the manifest digest"
 
 
-def _digest(data_dir: Path, manifest: dict, name: str) -> SampleDigest:
+def _digest(data_dir: Path, manifest: dict, name: str) -> dict:
+    """The sample digest of format `name` as read back, and the index of its first sample holding a NaN or an
+    infinity ("non_finite", None when none does)."""
     digest = SampleDigest(manifest["digest"]["chunk_size"])
+    bad = None
     for chunk in module(name).read_chunks(data_dir, manifest, digest.chunk_size):
+        if bad is None and chunk.x.dtype.kind == "f":  # pixels are uint8: nothing to look at
+            k = first_non_finite(chunk.x)
+            bad = None if k is None else digest.count + k
         digest.update(chunk)
-    return digest.result()
+    return digest.result() | {"non_finite": bad}
 
 
 def verify(data_dir: Path | str) -> list[str]:
@@ -65,7 +73,7 @@ def verify(data_dir: Path | str) -> list[str]:
     expected = manifest["digest"]
     for info in manifest["formats"].values():  # before any file is opened: a path leading out stops it all
         all_inside(data_dir, (f["path"] for f in info["files"]), source=data_dir / NAME)
-    problems, digests = [], {}
+    problems, digests = [f"{NAME}: {p}" for p in changed_fields(manifest) or []], {}
     for name, info in manifest["formats"].items():
         problem = _check_files(data_dir, name, info["files"])
         if problem:
@@ -76,6 +84,10 @@ def verify(data_dir: Path | str) -> list[str]:
             raise
         except Exception as e:  # a damaged file can break a reader anywhere; report it, go on with the rest
             problems.append(f"{name}: cannot read back ({type(e).__name__}: {e})")
+    for name, got in digests.items():
+        if got["non_finite"] is not None:
+            where = f"{name}: sample {got['non_finite']}"
+            problems.append(f"{where} holds NaN or Inf, which the loaders would deliver (a NaN loss); convert again")
     good = [n for n, d in digests.items() if d["total"] == expected["total"]]
     for name, got in digests.items():
         if got["total"] == expected["total"]:

@@ -44,6 +44,7 @@ class GpuResidentLoader(Loader):
             )
         x, y = self._load()
         x = torch.from_numpy(x).to(device)
+        self._refuse_non_finite(x)
         if stored:
             self.x = x  # uint8 NHWC (a quarter of float32's bytes, so 4x the dataset fits), or latents' float16
         else:
@@ -63,6 +64,20 @@ class GpuResidentLoader(Loader):
             raise DamagedDataError(f"{self.data_dir}: cannot read its {fmt} samples ({type(e).__name__}: {e}); "
                                    f"{fix(self.data_dir)}") from None  # fmt: skip
         return np.concatenate([c.x for c in chunks]), np.concatenate([c.y for c in chunks])
+
+    def _refuse_non_finite(self, x: torch.Tensor) -> None:
+        """Every sample is on the device once: a NaN or an infinity among them (stored before the conversion refused
+        them, or edited in since) is found there in one pass, 4096 samples at a time (a mask of the whole set could
+        take the model's room), read back once."""
+        if not x.is_floating_point() or len(x) == 0:
+            return
+        bad = torch.cat([~torch.isfinite(c.reshape(len(c), -1)).all(1) for c in x.split(4096)])
+        if bool(bad.any()):
+            from .integrity import DamagedDataError, fix
+
+            first = int(bad.nonzero()[0, 0])
+            problem = f"sample {first} holds NaN or Inf, which would make the loss NaN"
+            raise DamagedDataError(f"{self.data_dir}: {problem}; {fix(self.data_dir)}")
 
     def _generator(self, salt: int) -> torch.Generator:
         return torch.Generator(device=self.x.device).manual_seed((self.opts.seed * 100_003 + self.epoch) * 2 + salt)

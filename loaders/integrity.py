@@ -19,6 +19,7 @@ from stat import S_ISLNK
 
 import numpy as np
 
+from dataprep.fields import changed_fields
 from dataprep.paths import OutsideError, all_inside, inside
 
 from .errors import LoaderError
@@ -46,6 +47,9 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
         raise DamagedDataError(
             f"{data_dir / 'manifest.json'}: malformed ({type(e).__name__}: {e}); {fix(data_dir)}"
         ) from None
+    changed = changed_fields(manifest)  # a value edited after conversion changes what is delivered, silently
+    if changed:
+        raise DamagedDataError(f"{data_dir / 'manifest.json'}: {changed[0]}; {fix(data_dir)}")
     # before anything is opened: a name leading out of the directory is refused (build_loader reports it as is); the
     # lstat each file gets anyway tells the links apart, which spares a directory listing per folder
     source = data_dir / "manifest.json"

@@ -13,14 +13,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.finite import first_non_finite
+from dataprep.formats.files import check_sample
+
 from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
 
 
 class FilesDataset(torch.utils.data.Dataset):
-    def __init__(self, root: Path, rows: list[list[str]], kind: str, seed: int, augment: bool) -> None:
+    def __init__(
+        self, root: Path, rows: list[list[str]], kind: str, seed: int, augment: bool, shape: tuple, dtype: str
+    ) -> None:
         from torchvision import transforms
 
         self.root, self.rows, self.kind, self.seed, self.augment = root, rows, kind, seed, augment
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)  # the manifest's: each sample read is checked against
         self.epoch = 0
         self.to_tensor = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)])
 
@@ -28,11 +34,13 @@ class FilesDataset(torch.utils.data.Dataset):
         return len(self.rows)
 
     def __getitem__(self, i: int):
+        from .integrity import DamagedDataError, fix
+
         try:
             return self._read(i)
+        except _Unfit as e:  # decoded, but not what the manifest describes: the message names the file
+            raise DamagedDataError(f"{e}; {fix(self.root.parent)}") from None
         except Exception as e:  # a damaged file passes the open check when its size is intact; name it
-            from .integrity import DamagedDataError, fix
-
             path = self.root / self.rows[i][0]
             raise DamagedDataError(
                 f"{path}: cannot decode ({type(e).__name__}: {e}); {fix(self.root.parent)}"
@@ -41,20 +49,39 @@ class FilesDataset(torch.utils.data.Dataset):
     def _read(self, i: int):
         path, label = self.root / self.rows[i][0], int(self.rows[i][1])
         if self.kind == "latent":  # mirrored view and draw happen on the device, per batch (loaders.base)
-            return torch.from_numpy(np.load(path, allow_pickle=False)), label
+            return torch.from_numpy(self._checked(np.load(path, allow_pickle=False), path)), label
         if self.kind == "audio":
             import soundfile as sf
 
             x, _ = sf.read(path, dtype="float32", always_2d=True)
-            return torch.from_numpy(np.ascontiguousarray(x.T)), label
+            x = self._checked(x[:, 0] if len(self.shape) == 1 else np.ascontiguousarray(x.T), path)
+            return torch.from_numpy(x.reshape(-1, x.shape[-1])), label
         from PIL import Image
 
         with Image.open(path) as im:
+            if im.size != (self.shape[1], self.shape[0]):
+                want = f"{self.shape[1]}x{self.shape[0]}"
+                raise _Unfit(f"{path}: a {im.size[0]}x{im.size[1]} image, the manifest says {want} (replaced?)")
             im = im.convert("RGB")
             # per-sample coin from (seed, epoch, index): reproducible whatever the worker count
             if self.augment and np.random.default_rng([self.seed, self.epoch, i]).random() < 0.5:
                 im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
             return self.to_tensor(im), label
+
+    def _checked(self, x: np.ndarray, path: Path) -> np.ndarray:
+        """The sample, if it has the manifest's shape and dtype (a `.npy` header edited after conversion would give
+        a batch that cannot be stacked, naming no file, or wrong values) and no NaN or Inf (a NaN loss)."""
+        try:
+            check_sample(x, path, self.shape, self.dtype)
+        except ValueError as e:
+            raise _Unfit(str(e)) from None
+        if first_non_finite(x[None]) is not None:
+            raise _Unfit(f"{path}: holds NaN or Inf, which would make the loss NaN")
+        return x
+
+
+class _Unfit(Exception):
+    """A sample that decodes, but not to what the manifest describes; the message names its file."""
 
 
 class TorchFilesLoader(Loader):
@@ -66,7 +93,8 @@ class TorchFilesLoader(Loader):
             import soundfile  # noqa: F401  (fail here, where build_loader names the extra, not in a worker)
         listed = {f["path"] for f in manifest["formats"]["files"]["files"]}  # checked by build_loader
         rows = read_index(data_dir, checked=listed)
-        self.dataset = FilesDataset(self.data_dir / DIRNAME, rows, self.kind, opts.seed, opts.augment)
+        shape, dtype = manifest["sample_shape"], manifest["dtype"]
+        self.dataset = FilesDataset(self.data_dir / DIRNAME, rows, self.kind, opts.seed, opts.augment, shape, dtype)
 
     def __iter__(self) -> Iterator[Batch]:
         o = self.opts

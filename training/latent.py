@@ -10,7 +10,7 @@ import sys
 
 import torch
 
-from dataprep.latents import VaeError, load_vae
+from dataprep.latents import VaeError, check_vae_identity, load_vae
 
 from .stream import DataError, DataSpec
 
@@ -48,8 +48,11 @@ class OnlineEncoder:
 
 class Preview:
     """Sampled model inputs -> (what a sample grid shows, its kind). Latents go through the autoencoder's decoder:
-    the one `--vae` names, or the one the manifest names (loaded at the first grid); where it cannot be loaded the
-    grid shows the latent channels, and says why once."""
+    the one `--vae` names, or the one the manifest names (loaded at the first grid); where it cannot be loaded, or
+    is not the one that encoded the data (its sha256 differs from the manifest's: another autoencoder saved under the
+    same name), the grid shows the latent channels, and says why once. Not an error: a grid is a view of the
+    training, which goes on as well without it, and images decoded through another autoencoder would look like a
+    model that learned nothing."""
 
     def __init__(self, spec: DataSpec, encoder: OnlineEncoder | None, device: str) -> None:
         self.spec, self.device = spec, device
@@ -60,9 +63,11 @@ class Preview:
 
     def _decoder(self):
         if self.vae is None and not self.failed:
-            name = self.spec.manifest["latent"]["vae"]["name"]
+            latent = self.spec.manifest["latent"]
             try:
-                self.vae = load_vae(name, self.device)
+                vae = load_vae(latent["vae"]["name"], self.device)
+                check_vae_identity(vae, latent, "these latents")
+                self.vae = vae
             except VaeError as e:
                 print(f"samples: showing latent channels, not images: {e}", file=sys.stderr)
                 self.failed = True

@@ -109,19 +109,35 @@ def read_sample(path: Path, kind: str) -> np.ndarray:
         with Image.open(path) as im:
             return np.asarray(im.convert("RGB"), dtype=np.uint8)
     if kind == "latent":
-        return np.load(path, allow_pickle=False)  # never pickles: a doctored file cannot run code
+        try:
+            return np.load(path, allow_pickle=False)  # never pickles: a doctored file cannot run code
+        except (ValueError, EOFError, OSError) as e:  # a header that does not fit the data: name the file
+            raise ValueError(f"{path}: not a readable .npy sample ({type(e).__name__}: {e})") from None
     import soundfile as sf
 
     x, _ = sf.read(path, dtype="float32", always_2d=True)
     return x[:, 0] if x.shape[1] == 1 else np.ascontiguousarray(x.T)
 
 
+def check_sample(x: np.ndarray, path: Path, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """x, if it has the manifest's shape, dtype and C order; else ValueError naming the file. A `.npy` whose header
+    was edited loads as another shape (which fails later, naming no file) or another dtype or order (wrong values,
+    silently); a replaced image or clip decodes to another size."""
+    if x.shape != shape or x.dtype != dtype or not x.flags.c_contiguous:
+        held = f"{x.shape} {x.dtype}" + ("" if x.flags.c_contiguous else " in Fortran order")
+        why = "its header edited or the file replaced after conversion"
+        raise ValueError(f"{path}: holds {held}, the manifest says {shape} {dtype} ({why})")
+    return x
+
+
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
     meta = DatasetMeta.from_manifest(manifest)
     rows = read_index(data_dir)
+    shape, dtype = tuple(meta.sample_shape), np.dtype(meta.dtype)
     for start in range(0, len(rows), chunk_size):
         part = rows[start : start + chunk_size]
-        x = np.stack([read_sample(Path(data_dir) / DIRNAME / r[0], meta.kind) for r in part])
+        paths = [Path(data_dir) / DIRNAME / r[0] for r in part]
+        x = np.stack([check_sample(read_sample(p, meta.kind), p, shape, dtype) for p in paths])
         y = np.array([int(r[1]) for r in part], np.int64)
         length = np.array([int(r[2]) for r in part], np.int64) if meta.kind == "audio" else None
         yield Chunk(x, y, length)

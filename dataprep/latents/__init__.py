@@ -7,6 +7,6 @@ an AudioLDM-shaped autoencoder takes. What is stored and why is in docs/DESIGN.m
 
 from __future__ import annotations
 
-from .vae import VaeError, load_vae
+from .vae import VaeError, check_vae_identity, load_vae
 
-__all__ = ["VaeError", "load_vae"]
+__all__ = ["VaeError", "check_vae_identity", "load_vae"]

@@ -65,6 +65,7 @@ class LatentEncoder:
         # holds the compiling
         self.chunks: list[tuple[int, float, float]] = []
         self._last_end: float | None = None
+        self.collected = 0  # samples of the chunks collected so far: the output index of the next chunk's first
 
     def describe(self) -> dict:
         return {
@@ -107,12 +108,14 @@ class LatentEncoder:
         t = torch.cat([t, t.flip(3)])
         return t.contiguous(memory_format=torch.channels_last) if t.is_cuda else t
 
-    def _encode(self, x: np.ndarray) -> torch.Tensor:
-        """(n, V, 2, C, h, w) float16 on the device for n samples, `self.piece` at a time. Compiled or on a GPU, a
+    def _encode(self, x: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """(n, V, 2, C, h, w) float16 on the device for n samples, `self.piece` at a time, and (n,) bool: whether each
+        sample's stored values are all finite (checked on the device after the cast to float16, where a value beyond
+        its 65504 becomes Inf; read with the latents, so it costs no wait for the GPU). Compiled or on a GPU, a
         short last piece is padded to the full size: a new shape would be compiled anew (tens of seconds for an
         SD-sized encoder) or captured anew (a graph's memory each). Halves the pieces when the GPU runs out of memory
         (the batches stay as they are: under torchrun they are what the ranks share out)."""
-        out, start = [], 0
+        out, finite, start = [], [], 0
         while start < len(x):
             piece = x[start : start + self.piece]
             n = len(piece)
@@ -127,8 +130,9 @@ class LatentEncoder:
                 continue
             both = torch.stack([mean, std], 1).reshape(len(self.views), len(piece), len(STORED), *self.latent)
             out.append(both[:, :n].transpose(0, 1).to(torch.float16))
+            finite.append(torch.isfinite(out[-1]).flatten(1).all(1))
             start += n
-        return torch.cat(out)
+        return torch.cat(out), torch.cat(finite)
 
     def _halve(self) -> None:
         if self.piece == 1:
@@ -145,7 +149,7 @@ class LatentEncoder:
         """Queue the GPU's work for this rank's batches of the chunk, and their copy back into pinned memory; return
         before it is done. Under torchrun rank r encodes batches r, r + world, ..."""
         t0, bs = time.perf_counter(), self.batch_size
-        mine = {s: self._to_host(self._encode(chunk.x[s : s + bs]))
+        mine = {s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
                 for k, s in enumerate(range(0, len(chunk), bs)) if k % self.world == self.rank}  # fmt: skip
         done = None
         if self.device.type == "cuda":
@@ -159,18 +163,33 @@ class LatentEncoder:
         if q.done is not None:
             q.done.synchronize()
         waited = time.perf_counter() - t0
-        mine = {s: v.numpy() for s, v in q.latents.items()}
+        mine = {s: (v.numpy(), ok.numpy()) for s, (v, ok) in q.latents.items()}
         if self.world > 1:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
-        out = Chunk(np.concatenate([mine[s] for s in range(0, len(q.chunk), self.batch_size)]), q.chunk.y, None,
-                    q.chunk.skipped)  # fmt: skip
+        starts = range(0, len(q.chunk), self.batch_size)
+        finite = np.concatenate([mine[s][1] for s in starts])
+        if not finite.all():
+            self._refuse(finite, q.chunk)
+        out = Chunk(np.concatenate([mine[s][0] for s in starts]), q.chunk.y, None, q.chunk.skipped)
+        self.collected += len(q.chunk)
         end = time.perf_counter()
         # from the previous chunk's result to this one's: the pace of the whole pipeline, waits for input included
         self.chunks.append((len(q.chunk), end - (self._last_end or q.t0), waited))
         self._last_end = end
         return out
+
+    def _refuse(self, finite: np.ndarray, chunk: Chunk) -> None:
+        """A latent with a NaN or an infinity must not be stored: the loaders would deliver it and the model's loss
+        would turn NaN. Name the first such sample (its index in the output, and its file where it has one)."""
+        k = int(np.argmin(finite))
+        name = f" ({chunk.names[k]})" if chunk.names else ""
+        raise VaeError(
+            f"sample {self.collected + k}{name}: the autoencoder's latent holds NaN or Inf ({int((~finite).sum())} of "
+            f"the {len(finite)} samples of its chunk), so nothing was written; check {self.vae.identity['name']} on "
+            "this input (values beyond float16's 65504 become Inf when stored), or try --vae-precision fp32"
+        )
 
     def encode(self, chunk: Chunk) -> Chunk:
         """The chunk's latents, one chunk at a time (the GPU waits while the result is copied back and the next chunk
@@ -181,7 +200,7 @@ class LatentEncoder:
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks' latents in order. In a thread, chunk k + 1 is queued on the GPU before chunk k is collected, so
         the GPU always holds the next chunk's work while the host copies one back and the caller writes it."""
-        self._last_end = None
+        self._last_end, self.collected = None, 0
         with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:  # one thread: its tasks run in order
             queued = collected = None
             for chunk in chunks:
@@ -208,7 +227,8 @@ class LatentEncoder:
 @dataclass
 class _Queued:
     chunk: Chunk
-    latents: dict[int, torch.Tensor]  # batch start -> (n, V, 2, C, h, w) on the host, complete once `done` is
+    latents: dict[int, tuple[torch.Tensor, torch.Tensor]]  # batch start -> ((n, V, 2, C, h, w), (n,) finite) on the
+    # host, complete once `done` is
     done: torch.cuda.Event | None  # recorded after the copies back; None on the CPU, where all is done already
     t0: float
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import socket
 from dataclasses import dataclass
@@ -71,13 +72,80 @@ def load_vae(name: str | Path, device: str | torch.device = "cpu") -> Vae:
     path = Path(name)
     if path.exists():
         model = _from_dir(AutoencoderKL, path)
-        label = str(path.resolve())
+        label, where = str(path.resolve()), str(path / "config.json")
     elif HUB_ID.match(str(name)):
         model, label = _from_hub(AutoencoderKL, str(name)), str(name)
+        where = f"{name} (its config.json in the hub's cache)"
     else:
         raise VaeError(f"--vae {name}: no such directory (nor a hub id owner/name); {FIX}")
+    check_config(model.config, where, loaded=True)  # the defaults diffusers filled in, and a hub model's values
+    identity = _identity(model, label)  # on the host, before the move: the hash reads every tensor there
     model = model.to(device).eval().requires_grad_(False)
-    return Vae(model, _identity(model, label))
+    return Vae(model, identity)
+
+
+def check_vae_identity(vae: Vae, latent: dict, data: str = "the data") -> None:
+    """Raise VaeError unless `vae` is the autoencoder that encoded the latents a manifest's `latent` entry describes:
+    the same sha256 of configuration and weights (its name may differ: a copy in another place is the same one).
+    Decoding through another autoencoder, or training on latents of one with another, gives wrong images without
+    any error, so every place that loads an autoencoder for latent data asks this first."""
+    recorded = latent.get("vae") if isinstance(latent, dict) else None
+    recorded = recorded if isinstance(recorded, dict) else {}
+    want, have = recorded.get("sha256"), vae.identity["sha256"]
+    if want == have:
+        return
+    raise VaeError(
+        f"{vae.identity['name']} (sha256 {_short(have)}) is not the autoencoder that encoded {data}: "
+        f"{recorded.get('name')} (sha256 {_short(want)}); use that one, or convert the data again with this one"
+    )
+
+
+def _short(sha) -> str:
+    return f"{sha[:16]}..." if isinstance(sha, str) and len(sha) > 16 else repr(sha)
+
+
+def _number(v) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an int beyond float's range
+        return False
+
+
+def _count(v) -> bool:
+    return type(v) is int and v >= 1
+
+
+# What gpufeed reads from an autoencoder's configuration, and what each must be. Checked before diffusers builds the
+# model: a value it cannot use surfaces otherwise as a TypeError from inside diffusers, or (scaling_factor NaN, 0)
+# as latents that are all NaN or all zero, accepted.
+RULES = {
+    "scaling_factor": (lambda v: _number(v) and v != 0, "a finite non-zero number"),
+    "shift_factor": (lambda v: v is None or _number(v), "a finite number, or null for none"),
+    "in_channels": (_count, "a positive integer"),
+    "latent_channels": (_count, "a positive integer"),
+    "block_out_channels": (
+        lambda v: isinstance(v, (list, tuple)) and len(v) > 0 and all(_count(c) for c in v),
+        "a non-empty list of positive integers",
+    ),
+}
+
+
+def check_config(config, where: str, loaded: bool = False) -> None:
+    """VaeError naming `where` (the config.json) and the key whose value gpufeed cannot use. Before loading only the
+    keys present are checked (diffusers fills in defaults for the others); `loaded`, every one."""
+    for key, (ok, must) in RULES.items():
+        if key not in config and not loaded:
+            continue
+        value = config.get(key)
+        if not ok(value):
+            raise VaeError(f"{where}: {key} is {_shown(value)}; must be {must}")
+
+
+def _shown(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _from_dir(cls, path: Path):
@@ -85,11 +153,13 @@ def _from_dir(cls, path: Path):
     if not config.is_file():
         raise VaeError(f"{path}: no config.json, so not a diffusers model directory; {FIX}")
     try:
-        declared = json.loads(config.read_text()).get("_class_name")
+        values = json.loads(config.read_text())
+        declared = values.get("_class_name")
     except (OSError, ValueError, AttributeError) as e:
         raise VaeError(f"{config}: unreadable ({e}); {FIX}") from None
     if declared != "AutoencoderKL":
         raise VaeError(f"{path}: its config.json describes a {declared}, not an AutoencoderKL; {FIX}")
+    check_config(values, str(config))
     try:
         return cls.from_pretrained(path)
     except Exception as e:  # missing or damaged weights: diffusers raises OSError, ValueError or safetensors' errors
@@ -123,6 +193,12 @@ def _reachable(host: str, timeout: float = 3.0) -> bool:
 
 def _identity(model, label: str) -> dict:
     c = model.config
+    damaged = _non_finite_weight(model)
+    if damaged:
+        raise VaeError(
+            f"{label}: weight {damaged} holds NaN or Inf values, so every latent it computes would too; the "
+            "autoencoder's weights are damaged: save or download it again"
+        )
     return {
         "name": label,
         "class": "AutoencoderKL",
@@ -133,6 +209,14 @@ def _identity(model, label: str) -> dict:
         "latent_channels": int(c.latent_channels),
         "downsample": 2 ** (len(c.block_out_channels) - 1),  # one halving per encoder block but the last
     }
+
+
+def _non_finite_weight(model) -> str | None:
+    """The name of the first floating-point tensor of the state dict holding a NaN or an infinity, else None."""
+    for key, tensor in sorted(model.state_dict().items()):
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return f"{key} ({int((~torch.isfinite(tensor)).sum())} of {tensor.numel()} values)"
+    return None
 
 
 def weights_sha256(model) -> str:

@@ -42,14 +42,26 @@ def decoded_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
         raise BadSample(path, f"corrupt or unreadable audio ({e})") from None
     if data.shape[0] == 0:
         raise BadSample(path, "audio file holds no samples")
+    _require_finite(path, data, rate, "NaN or infinite values (a float WAV can hold them)")
     if spec.channels == 1 or data.shape[1] not in (1, spec.channels):
-        data = data.mean(axis=1, keepdims=True)
+        with np.errstate(over="ignore"):  # an overflow is found below and named with the file, not warned about
+            data = data.mean(axis=1, keepdims=True)
     if data.shape[1] != spec.channels:
         data = np.repeat(data, spec.channels, axis=1)
     if rate != spec.sample_rate:
         data = soxr.resample(data, rate, spec.sample_rate, quality="HQ").astype(np.float32)
     n = min(data.shape[0], spec.num_samples)
+    _require_finite(path, data[:n], spec.sample_rate, "values so large that downmixing or resampling overflows")
     return np.ascontiguousarray(data[:n], np.float32), n
+
+
+def _require_finite(path: Path, data: np.ndarray, rate: int, what: str) -> None:
+    """A non-finite sample would reach the model as a NaN loss: the clip is a bad sample, named with where it is."""
+    finite = np.isfinite(data).all(axis=1)
+    if not finite.all():
+        first = int(np.argmin(finite))
+        where = f"the first at {first / rate:.3f} s (frame {first})"
+        raise BadSample(path, f"holds {what}: {int((~finite).sum())} frame(s), {where}")
 
 
 def padded(data: np.ndarray, n: int, spec: AudioSpec) -> tuple[np.ndarray, int]:

@@ -54,7 +54,7 @@ class FileSource(Source):
         return value
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
-        xs, ys, lengths, skipped = [], [], [], []
+        xs, ys, lengths, skipped, names = [], [], [], [], []
         shape, first = None, None
         for (path, label), (ok, value) in zip(self.items, self._results(workers)):
             if ok:
@@ -72,11 +72,12 @@ class FileSource(Source):
             xs.append(x)
             ys.append(label)
             lengths.append(n)
+            names.append(path)
             if len(ys) == chunk_size:
-                yield self._chunk(xs, ys, lengths, skipped)
-                xs, ys, lengths, skipped = [], [], [], []
+                yield self._chunk(xs, ys, lengths, skipped, names)
+                xs, ys, lengths, skipped, names = [], [], [], [], []
         if ys or skipped:
-            yield self._chunk(xs, ys, lengths, skipped)
+            yield self._chunk(xs, ys, lengths, skipped, names)
 
     def _relative(self, path: Path) -> Path:
         return path.relative_to(self.root) if path.is_relative_to(self.root) else path
@@ -86,10 +87,10 @@ class FileSource(Source):
         return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
 
     @staticmethod
-    def _chunk(xs, ys, lengths, skipped) -> Chunk:
+    def _chunk(xs, ys, lengths, skipped, names) -> Chunk:
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
         length = None if not lengths or lengths[0] is None else np.asarray(lengths, np.int64)
-        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped))
+        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names)
 
 
 def list_files(folder: Path) -> list[Path]:
