@@ -94,7 +94,7 @@ def _convert(cfg: ConvertConfig) -> dict:
             source = build_source(
                 cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
             )
-        work = Workdir(Path(cfg.output), cfg.overwrite)
+        work = Workdir(Path(cfg.output), cfg.overwrite, _read_from(cfg, source))
         for line in work.removed:
             print(line, file=sys.stderr)
         tmp = work.tmp
@@ -195,6 +195,15 @@ def _finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict
 def _timed(times: Timings, stage: str, fn, *args) -> None:
     with times.timed(stage):
         fn(*args)
+
+
+def _read_from(cfg: ConvertConfig, source) -> list[str]:
+    """The resolved paths the conversion reads, which the output must stay apart from: the input, and each folder
+    its files are in (a folder reached through a symbolic link lies elsewhere)."""
+    if cfg.input is None:
+        return []
+    folders = {os.path.dirname(p) for p, _ in getattr(source, "items", ())}
+    return sorted({os.path.realpath(cfg.input)} | {os.path.realpath(f) for f in folders})
 
 
 def _chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:
