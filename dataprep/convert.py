@@ -89,6 +89,7 @@ def _convert(cfg: ConvertConfig) -> dict:
         return _encode_share(cfg, spec, vae)
     early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
     writers, digest, skipped, work = {}, SampleDigest(), [], None
+    streams: list = []  # the generators feeding the writers, closed on a failure (which stops their workers now)
     try:
         with times.timed("list the input"):
             source = build_source(
@@ -100,9 +101,9 @@ def _convert(cfg: ConvertConfig) -> dict:
         tmp = work.tmp
         total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
-            stream = _usable(
-                source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, skipped
-            )
+            decoded = source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers)
+            stream = _usable(decoded, cfg.limit, skipped)
+            streams += [decoded, stream]
             with times.timed("first samples (workers start)"):
                 first = next(stream, None)
             if first is None:
@@ -111,6 +112,7 @@ def _convert(cfg: ConvertConfig) -> dict:
             if vae is not None:
                 encoder = _encoder(cfg, vae, source.kind, first, spec)
                 stream = encoder.stream(chain([first], stream))
+                streams.append(stream)
                 with times.timed("first samples encoded"):
                     first = next(stream)
             meta = _meta(source, first, spec, encoder)
@@ -141,6 +143,8 @@ def _convert(cfg: ConvertConfig) -> dict:
                 print(f"encoded {encoder.pace():,.0f} samples/s after the first chunk", file=sys.stderr)
         return manifest
     except BaseException as e:
+        for stream in reversed(streams):  # the encoder's thread first, then the decoding processes
+            _close(stream)
         if work is not None:
             work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
         for w in [*writers.values(), *(h for h in early.values() if h is not None)]:
@@ -156,6 +160,13 @@ def _convert(cfg: ConvertConfig) -> dict:
                 "(nothing was published, the temporary output is removed)"
             ) from None
         raise
+
+
+def _close(stream) -> None:
+    try:
+        stream.close()
+    except Exception:  # the error being handled is the one to report
+        pass
 
 
 def _write_all(writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest: SampleDigest, workers: int,

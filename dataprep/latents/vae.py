@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ..paths import require_regular
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
 FIX = "pass a local directory written by AutoencoderKL.save_pretrained"
 
@@ -90,6 +92,9 @@ def _from_dir(cls, path: Path):
         raise VaeError(f"{config}: unreadable ({e}); {FIX}") from None
     if declared != "AutoencoderKL":
         raise VaeError(f"{path}: its config.json describes a {declared}, not an AutoencoderKL; {FIX}")
+    for entry in path.iterdir():  # a FIFO in place of the weights would block diffusers' open for ever
+        if not entry.is_dir():
+            require_regular(entry, "file of the autoencoder")
     try:
         return cls.from_pretrained(path)
     except Exception as e:  # missing or damaged weights: diffusers raises OSError, ValueError or safetensors' errors
