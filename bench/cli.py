@@ -181,9 +181,9 @@ def loaders(
         **options,
     )
     try:
-        outcome = run_grid(cfg, echo=lambda line: click.echo(line, err=as_json))  # stdout: the JSON alone
+        outcome = run_grid(cfg, echo=lambda line: click.echo(printable(line), err=as_json))  # stdout: the JSON alone
     except (KeyboardInterrupt, Stopped) as e:
-        click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
+        click.echo(printable(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue"), err=True)
         raise SystemExit(e.exit_code if isinstance(e, Stopped) else 130) from None
     click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
     _answer(cfg.out, outcome.failed, as_json)
@@ -301,7 +301,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
         hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
         raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")
     cfg = WatchConfig(command=list(command), out=out, cpus=cpus, **options)
-    code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
+    code, summary = watch_command(cfg, echo=lambda m: click.echo(printable(m, lines=True), err=True))
     described = "\n".join(printable(line) for line in describe(summary, out))
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else described)
     raise SystemExit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says

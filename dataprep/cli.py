@@ -59,7 +59,7 @@ def cli() -> None:
               help="Autocast of the encoder on a GPU (fp32 on the CPU).")  # fmt: skip
 @click.option("--compile", is_flag=True,
               help="torch.compile the --vae encoder: ~3x after ~30 s of compiling (pays from ~10k images)")  # fmt: skip
-@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--overwrite", is_flag=True, help="Replace an output directory that dataprep convert wrote.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,

@@ -61,8 +61,8 @@ def owner_alive(tmp: Path, pid: int) -> bool:
 def _ended(out: Path) -> list[int]:
     """Pids of the leftovers beside `out`, this process's own left out."""
     pids = set()
-    for leftover in out.parent.glob(f".{out.name}.*-*"):
-        kind, _, pid = leftover.name.rpartition("-")
+    for name in os.listdir(out.parent):  # not a glob: the output's name may hold [, * or ?
+        kind, _, pid = name.rpartition("-")
         if kind in (f".{out.name}.tmp", f".{out.name}.old") and pid.isdigit() and int(pid) != os.getpid():
             pids.add(int(pid))
     return sorted(pids)
