@@ -285,6 +285,8 @@ def watch(command, out, cpus, as_json, **options) -> None:
     import json
     import shutil
 
+    from dataprep.stopping import wait_for_the_program
+
     from .watcher.session import WatchConfig, describe, watch_command
 
     if options["data_free"] and options["compare"]:
@@ -301,6 +303,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
         hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
         raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")
     cfg = WatchConfig(command=list(command), out=out, cpus=cpus, **options)
+    wait_for_the_program()  # a stop signal goes to the program, which decides how long stopping takes
     code, summary = watch_command(cfg, echo=lambda m: click.echo(printable(m, lines=True), err=True))
     described = "\n".join(printable(line) for line in describe(summary, out))
     click.echo(json.dumps(summary, indent=1, default=str) if as_json else described)

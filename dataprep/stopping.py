@@ -7,7 +7,8 @@ removed. Two things could still hold the process: a main thread blocked in a cal
 signal taken by another thread does not interrupt it), and threads or generators the interpreter waits for at exit.
 So the signal also arms a deadline from a thread of its own, woken by Python's signal wakeup fd however the main
 thread is blocked, and so does the end of every command: past it the process exits at once (`os._exit`) with the
-code it was going to exit with. A second signal exits at once."""
+code it was going to exit with. A second signal exits at once. `bench watch` alone waits for the program it watches
+to stop, however long that takes (wait_for_the_program)."""
 
 from __future__ import annotations
 
@@ -39,16 +40,12 @@ _stopping: list[int] = []  # the signal that arrived first, once one has
 _seen: list[int] = []  # every stop signal, also those another handler took (training's loop installs its own)
 
 
-def requested() -> bool:
-    """Whether a stop signal has arrived (for code that polls rather than waits for the exception)."""
-    return bool(_stopping)
-
-
 def _handle(signum: int, frame) -> None:
     if _stopping:  # the second: the user insists
         _exit_now(128 + signum, f"stopped by {signal.Signals(signum).name} again: exiting now")
     _stopping.append(signum)
-    _deadline(GRACE_S, 128 + signum)
+    if not _patient:
+        _deadline(GRACE_S, 128 + signum)
     raise Stopped(signum)
 
 
@@ -67,6 +64,14 @@ def _exit_now(code: int, why: str | None = None) -> None:
 
 
 _armed: list[float] = []
+_patient: list[bool] = []  # set by a command that waits for a program of the user's to stop (bench watch)
+
+
+def wait_for_the_program() -> None:
+    """For a command that runs a program of the user's and passes stop signals on to it (`bench watch`): no deadline
+    after a stop signal, since the program decides how long its stop takes (a checkpoint), and the command then
+    writes what it measured. A second signal still exits at once."""
+    _patient.append(True)
 
 
 def _deadline(seconds: float, code: int, why: str | None = "still not ended {s:.0f} s after stopping") -> None:
@@ -95,7 +100,8 @@ def _watch_wakeup(fd: int) -> None:
         for signum in data:
             if signum in SIGNALS:
                 _seen.append(signum)
-                _deadline(GRACE_S + 1.0, 128 + signum)
+                if not _patient:
+                    _deadline(GRACE_S + 1.0, 128 + signum)
 
 
 def run(command: Callable[[], object]) -> None:
@@ -120,8 +126,8 @@ def run(command: Callable[[], object]) -> None:
     for s in SIGNALS:  # the command has ended: a signal now only hurries the exit
         signal.signal(s, lambda signum, _: _exit_now(128 + signum))
     stopped_by = (_stopping or _seen)[:1]
-    if stopped_by:  # a stop signal decides the code, whoever handled it (and however late it came)
-        code = 128 + stopped_by[0]
+    if stopped_by and not _patient:  # a stop signal decides the code, whoever handled it (however late it came);
+        code = 128 + stopped_by[0]  # bench watch's is its program's
     _end(code)
 
 

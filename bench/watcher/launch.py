@@ -117,8 +117,8 @@ def _brief(rec: dict) -> dict:
 
 def _wait(proc: subprocess.Popen) -> bool:
     """Wait for the program. Ctrl-C reaches it from the terminal too; if it is still running a moment later (a
-    signal sent to this process alone), pass it on, and SIGTERM likewise: the program decides how to stop. Under the
-    `bench` command this waits a few seconds at most (dataprep.stopping); a program still stopping then ends alone."""
+    signal sent to this process alone), pass it on, and SIGTERM likewise: the program decides how to stop, and how
+    long that takes (the `bench watch` command waits for it: dataprep.stopping.wait_for_the_program)."""
     from dataprep.stopping import Stopped
 
     interrupted = False
@@ -131,7 +131,7 @@ def _wait(proc: subprocess.Popen) -> bool:
             except (KeyboardInterrupt, Stopped):
                 interrupted = True
                 try:
-                    proc.wait(timeout=1)
+                    proc.wait(timeout=2)
                 except subprocess.TimeoutExpired:
                     proc.send_signal(signal.SIGINT)
                 except (KeyboardInterrupt, Stopped):
