@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from dataprep.text import printable
+
 from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
@@ -137,6 +139,8 @@ def loaders(
 ) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
+    from dataprep.stopping import Stopped
+
     from .fastest.choice import default_results_dir
     from .grid.job import preset_for
     from .grid.runner import GridConfig, run_grid
@@ -177,10 +181,10 @@ def loaders(
         **options,
     )
     try:
-        outcome = run_grid(cfg, echo=lambda line: click.echo(line, err=as_json))  # stdout: the JSON alone
-    except KeyboardInterrupt as e:
-        click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
-        raise SystemExit(130) from None
+        outcome = run_grid(cfg, echo=lambda line: click.echo(printable(line), err=as_json))  # stdout: the JSON alone
+    except (KeyboardInterrupt, Stopped) as e:
+        click.echo(printable(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue"), err=True)
+        raise SystemExit(e.exit_code if isinstance(e, Stopped) else 130) from None
     click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
     _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
@@ -225,7 +229,7 @@ def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
         return
     lines, record = summarize(results_dir, finalize(results_dir), failed)
     write_summary(results_dir, record)
-    click.echo(json.dumps(record, indent=1, default=str) if as_json else "\n".join(lines))
+    click.echo(json.dumps(record, indent=1, default=str) if as_json else "\n".join(printable(x) for x in lines))
 
 
 def _device(device: str | None) -> str:
@@ -247,9 +251,9 @@ def report(results_dir: Path) -> None:
     from .report.tables import write_report
 
     try:
-        click.echo(f"wrote {write_report(results_dir)}")
+        click.echo(f"wrote {printable(write_report(results_dir))}")
     except ValueError as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(printable(str(e))) from None
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -281,6 +285,8 @@ def watch(command, out, cpus, as_json, **options) -> None:
     import json
     import shutil
 
+    from dataprep.stopping import wait_for_the_program
+
     from .watcher.session import WatchConfig, describe, watch_command
 
     if options["data_free"] and options["compare"]:
@@ -297,8 +303,10 @@ def watch(command, out, cpus, as_json, **options) -> None:
         hint = f" (a script? bench watch -- python {command[0]})" if command[0].endswith(".py") else ""
         raise click.BadParameter(f"{command[0]!r} is not a program on PATH{hint}", param_hint="COMMAND")
     cfg = WatchConfig(command=list(command), out=out, cpus=cpus, **options)
-    code, summary = watch_command(cfg, echo=lambda m: click.echo(m, err=True))
-    click.echo(json.dumps(summary, indent=1, default=str) if as_json else "\n".join(describe(summary, out)))
+    wait_for_the_program()  # a stop signal goes to the program, which decides how long stopping takes
+    code, summary = watch_command(cfg, echo=lambda m: click.echo(printable(m, lines=True), err=True))
+    described = "\n".join(printable(line) for line in describe(summary, out))
+    click.echo(json.dumps(summary, indent=1, default=str) if as_json else described)
     raise SystemExit(128 - code if code < 0 else code)  # killed by signal N: 128 + N, as a shell says
 
 
@@ -333,16 +341,18 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
             c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
                        compile=compile, results_dir=results, nproc=nproc)  # fmt: skip
     except (LoaderError, OSError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(printable(str(e))) from None
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(c)))
     else:
         pin = ", pin_memory on" if c.pin_memory else ""
-        click.echo(f"{c.backend}, {c.workers} workers{pin}: {c.reason}")
+        click.echo(printable(f"{c.backend}, {c.workers} workers{pin}: {c.reason}"))
 
 
 cli.add_command(soak_cmd, name="soak")
 
 
 def main() -> None:
-    cli()
+    from dataprep.stopping import run
+
+    run(cli)

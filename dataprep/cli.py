@@ -59,7 +59,7 @@ def cli() -> None:
               help="Autocast of the encoder on a GPU (fp32 on the CPU).")  # fmt: skip
 @click.option("--compile", is_flag=True,
               help="torch.compile the --vae encoder: ~3x after ~30 s of compiling (pays from ~10k images)")  # fmt: skip
-@click.option("--overwrite", is_flag=True, help="Replace an existing output directory.")
+@click.option("--overwrite", is_flag=True, help="Replace an output directory that dataprep convert wrote.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
@@ -78,9 +78,12 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
     manifest = _guard(run, cfg)
     if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
         return
-    click.echo(f"wrote {manifest['count']:,} samples to {output} ({', '.join(manifest['formats'])})")
+    from .text import printable
+
+    click.echo(f"wrote {manifest['count']:,} samples to {printable(output)} ({', '.join(manifest['formats'])})")
     if manifest["skipped"]:
-        click.echo(f"skipped {len(manifest['skipped'])} bad file(s); listed in {output}/manifest.json", err=True)
+        click.echo(f"skipped {len(manifest['skipped'])} bad file(s); listed in {printable(output)}/manifest.json",
+                   err=True)  # fmt: skip
 
 
 @cli.command()
@@ -89,6 +92,7 @@ def verify(data_dir: Path) -> None:
     """Re-hash every file and re-read every sample of every format against the manifest."""
     from .fields import unchecked_note
     from .manifest import load_manifest, resize_line
+    from .text import printable
     from .verify import verify as run
 
     manifest = _guard(load_manifest, data_dir)
@@ -97,10 +101,10 @@ def verify(data_dir: Path) -> None:
         click.echo(f"warning: {note}", err=True)
     problems = _guard(run, data_dir)
     if problems:
-        raise click.ClickException("verification failed:\n  " + "\n  ".join(problems))
-    click.echo(f"{data_dir}: every file and every sample of every format matches the manifest")
+        raise click.ClickException("verification failed:\n  " + "\n  ".join(printable(p) for p in problems))
+    click.echo(f"{printable(data_dir)}: every file and every sample of every format matches the manifest")
     if isinstance(manifest.get("resize"), dict):
-        click.echo(f"images were resized {resize_line(manifest)}")
+        click.echo(f"images were resized {printable(resize_line(manifest))}")
 
 
 @cli.command()
@@ -127,27 +131,30 @@ def _device(device: str | None, vae: str | None) -> str | None:
 
 
 def _guard(fn, *args):
-    """Known failures become one-line errors with a non-zero exit, never a traceback."""
+    """Known failures become one-line errors with a non-zero exit, never a traceback; whatever they quote from the
+    data (file names, classes) is shown with control characters escaped."""
     from .convert import ConvertError
     from .manifest import ManifestError
+    from .parallel import WorkerDied
     from .sources import BadSample, InputError
+    from .text import printable
     from .workdir import OutputError
 
     try:
         return fn(*args)
     except BadSample as e:
         message = f"bad input file {e}; fix or remove it, or pass --on-bad-file skip"
-        raise click.ClickException(_printable(message)) from None
+        raise click.ClickException(printable(message)) from None
     except (InputError, ConvertError, ManifestError, OutputError, ValueError) as e:
-        raise click.ClickException(_printable(str(e))) from None
+        raise click.ClickException(printable(str(e))) from None
+    except WorkerDied as e:
+        message = f"a worker process died: {e}; its work is lost, so nothing was published (dmesg names the killer)"
+        raise click.ClickException(printable(message)) from None
     except OSError as e:
-        raise click.ClickException(_printable(f"{e.filename or ''}: {e.strerror or e}")) from None
-
-
-def _printable(message: str) -> str:
-    """File names that are not UTF-8 are shown with their bytes escaped (\\xff), not as an encoding crash."""
-    return message.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise click.ClickException(printable(f"{e.filename or ''}: {e.strerror or e}")) from None
 
 
 def main() -> None:
-    cli()
+    from .stopping import run
+
+    run(cli)

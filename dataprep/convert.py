@@ -90,20 +90,21 @@ def _convert(cfg: ConvertConfig) -> dict:
         return _encode_share(cfg, spec, vae)
     early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
     writers, digest, skipped, work = {}, SampleDigest(), [], None
+    streams: list = []  # the generators feeding the writers, closed on a failure (which stops their workers now)
     try:
         with times.timed("list the input"):
             source = build_source(
                 cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
             )
-        work = Workdir(Path(cfg.output), cfg.overwrite)
+        work = Workdir(Path(cfg.output), cfg.overwrite, _read_from(cfg, source))
         for line in work.removed:
             print(line, file=sys.stderr)
         tmp = work.tmp
         total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
-            stream = _usable(
-                source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, skipped
-            )
+            decoded = source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers)
+            stream = _usable(decoded, cfg.limit, skipped)
+            streams += [decoded, stream]
             with times.timed("first samples (workers start)"):
                 first = next(stream, None)
             if first is None:
@@ -112,6 +113,7 @@ def _convert(cfg: ConvertConfig) -> dict:
             if vae is not None:
                 encoder = _encoder(cfg, vae, source.kind, first, spec)
                 stream = encoder.stream(chain([first], stream))
+                streams.append(stream)
                 with times.timed("first samples encoded"):
                     first = next(stream)
             meta = _meta(source, first, spec, encoder)
@@ -143,6 +145,8 @@ def _convert(cfg: ConvertConfig) -> dict:
                 print(f"encoded {encoder.pace():,.0f} samples/s after the first chunk", file=sys.stderr)
         return manifest
     except BaseException as e:
+        for stream in reversed(streams):  # the encoder's thread first, then the decoding processes
+            _close(stream)
         if work is not None:
             work.empty()  # first: a library that flushes on close (HDF5) needs room even after the disk filled up
         for w in [*writers.values(), *(h for h in early.values() if h is not None)]:
@@ -158,6 +162,13 @@ def _convert(cfg: ConvertConfig) -> dict:
                 "(nothing was published, the temporary output is removed)"
             ) from None
         raise
+
+
+def _close(stream) -> None:
+    try:
+        stream.close()
+    except Exception:  # the error being handled is the one to report
+        pass
 
 
 def _write_all(writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest: SampleDigest, workers: int,
@@ -197,6 +208,15 @@ def _finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict
 def _timed(times: Timings, stage: str, fn, *args) -> None:
     with times.timed(stage):
         fn(*args)
+
+
+def _read_from(cfg: ConvertConfig, source) -> list[str]:
+    """The resolved paths the conversion reads, which the output must stay apart from: the input, and each folder
+    its files are in (a folder reached through a symbolic link lies elsewhere)."""
+    if cfg.input is None:
+        return []
+    folders = {os.path.dirname(p) for p, _ in getattr(source, "items", ())}
+    return sorted({os.path.realpath(cfg.input)} | {os.path.realpath(f) for f in folders})
 
 
 def _chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:

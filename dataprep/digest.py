@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .paths import open_regular
 from .sources.base import Chunk
 
 
@@ -56,8 +57,13 @@ def _records(chunk: Chunk) -> np.ndarray:
 
 
 def file_sha256(path: Path, block: int = 1 << 20) -> str:
+    """sha256 of a regular file (a FIFO in its place is refused, not waited on: dataprep.paths)."""
+    with open_regular(path) as f:
+        return stream_sha256(f, block)
+
+
+def stream_sha256(f, block: int = 1 << 20) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while data := f.read(block):
-            h.update(data)
+    while data := f.read(block):
+        h.update(data)
     return h.hexdigest()

@@ -7,7 +7,8 @@ import math
 import os
 from pathlib import Path
 
-from .paths import OutsideError, inside
+from .paths import NotRegularError, OutsideError, inside, open_regular
+from .text import printable
 
 NAME = "manifest.json"
 REQUIRED = ("kind", "sample_shape", "dtype", "count", "classes", "digest", "formats")
@@ -28,10 +29,17 @@ def load_manifest(data_dir: Path | str) -> dict:
         path = inside(data_dir, NAME, source=data_dir)  # a manifest.json linking out would be read from there
     except OutsideError as e:
         raise ManifestError(str(e)) from None
-    if not path.is_file():
-        raise ManifestError(f"{path}: missing; is {data_dir} a directory made by `dataprep convert`?")
     try:
-        manifest = json.loads(path.read_text())
+        with open_regular(path, what="manifest") as f:  # a FIFO in its place would block a plain open for ever
+            raw = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        raise ManifestError(f"{path}: missing; is {data_dir} a directory made by `dataprep convert`?") from None
+    except NotRegularError as e:
+        raise ManifestError(str(e)) from None
+    except OSError as e:
+        raise ManifestError(f"{path}: unreadable ({e.strerror or e})") from None
+    try:
+        manifest = json.loads(raw)
     except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise ManifestError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(manifest, dict):
@@ -123,7 +131,7 @@ def resize_line(manifest: dict) -> str:
 
 
 def describe(manifest: dict) -> str:
-    """A readable summary for `dataprep info`."""
+    """A readable summary for `dataprep info`, every string from the manifest with control characters escaped."""
     src = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
     lines = [
         f"{manifest['count']:,} {manifest['kind']} samples, shape {tuple(manifest['sample_shape'])} "
@@ -150,4 +158,4 @@ def describe(manifest: dict) -> str:
         lines.append(f"skipped: {len(manifest['skipped'])} bad file(s), e.g. {manifest['skipped'][0].get('path')}")
     lines.append(f"made by: gpufeed {manifest.get('gpufeed_version')} at {manifest.get('created')}")
     lines.append(f"command: {manifest.get('command')}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # classes, paths, the command: data, not terminal controls

@@ -110,7 +110,12 @@ class _Scope:
 
 class NotRegularError(ValueError):
     """A name that should be a regular file is a FIFO, a device, a socket or a directory. Opening a FIFO blocks until
-    a writer comes (for ever), and reading a device may never end: neither is data."""
+    a writer comes (for ever), and reading a device may never end: neither is data. `problem` is the message without
+    the path (for errors that name the file their own way)."""
+
+    def __init__(self, path: Path | str, mode: int, what: str) -> None:
+        self.path, self.problem = path, f"is {_kind(mode)}, not a regular {what}"
+        super().__init__(f"{path}: {self.problem}; replace it with the real file")
 
 
 def require_regular(path: Path | str, what: str = "file") -> None:
@@ -118,7 +123,7 @@ def require_regular(path: Path | str, what: str = "file") -> None:
     OSError) where it is missing. `stat` never blocks, where `open` on a FIFO would."""
     mode = os.stat(path).st_mode
     if not stat.S_ISREG(mode):
-        raise NotRegularError(f"{path}: is {_kind(mode)}, not a regular {what}; replace it with the real file")
+        raise NotRegularError(path, mode, what)
 
 
 def open_regular(path: Path | str, mode: str = "rb", what: str = "file"):
@@ -130,7 +135,7 @@ def open_regular(path: Path | str, mode: str = "rb", what: str = "file"):
     try:
         st_mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(st_mode):
-            raise NotRegularError(f"{path}: is {_kind(st_mode)}, not a regular {what}; replace it with the real file")
+            raise NotRegularError(path, st_mode, what)
         os.set_blocking(fd, True)
         return open(fd, mode, closefd=True)
     except BaseException:

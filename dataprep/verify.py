@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
-from .digest import SampleDigest, file_sha256
+from .digest import SampleDigest, stream_sha256
 from .fields import changed_fields
 from .finite import first_non_finite
 from .formats import module
 from .manifest import NAME, load_manifest, require_verifiable
-from .paths import OutsideError, all_inside
+from .paths import NotRegularError, OutsideError, all_inside, open_regular
 
 
 def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
+    """The first listed file that is missing, not a regular file, or not the bytes the manifest records. Each is
+    opened once (non-blocking, so a FIFO in its place is refused, not waited on) and sized and hashed from there."""
+    prefix = os.path.join(data_dir, "")
     for f in files:
-        path = data_dir / f["path"]
-        if not path.is_file():
+        try:
+            with open_regular(prefix + f["path"]) as opened:
+                size = os.fstat(opened.fileno()).st_size
+                if size != f["bytes"]:
+                    return f"{name}: {f['path']} has {size} bytes, the manifest says {f['bytes']}"
+                if stream_sha256(opened) != f["sha256"]:
+                    return f"{name}: {f['path']} sha256 differs from the manifest (the file changed after conversion)"
+        except (FileNotFoundError, NotADirectoryError):
             return f"{name}: {f['path']} is missing"
-        if path.stat().st_size != f["bytes"]:
-            return f"{name}: {f['path']} has {path.stat().st_size} bytes, the manifest says {f['bytes']}"
-        if file_sha256(path) != f["sha256"]:
-            return f"{name}: {f['path']} sha256 differs from the manifest (the file changed after conversion)"
+        except NotRegularError as e:
+            return f"{name}: {f['path']} {e.problem}; replace it with the real file"
+        except OSError as e:
+            return f"{name}: {f['path']} cannot be read ({e.strerror or e})"
     return None
 
 

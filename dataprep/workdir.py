@@ -1,78 +1,46 @@
 """Where a conversion writes: `.<name>.tmp-<pid>` beside the output, renamed into place at the end.
 
-An interrupted or failed conversion never leaves a directory that looks complete. A conversion killed outright
-(SIGKILL, a power cut) cannot clean up, so the next conversion into the same output removes the temporary output of
-conversions whose process is gone, and says so. Whether a process is gone is asked of a lock, not of its pid
-alone: the conversion holds an exclusive `flock` on `.lock` in its temporary directory while it runs, the kernel
-drops it when the process dies however it dies, and a pid that a new process has reused still reads as gone."""
+An interrupted or failed conversion never leaves a directory that looks complete. The conversion holds an exclusive
+`flock` on `.lock` in its temporary directory while it runs, so that the next conversion into the same output can
+tell a dead one's leftovers from a live one's and complete, roll back or remove them (dataprep.leftovers). The
+output is resolved first (symbolic links followed) and checked against the input, and an existing one is replaced
+only where dataprep wrote it (dataprep.overwrite)."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import shutil
+import signal
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-LOCK = ".lock"
+from .leftovers import LOCK, recover
+from .overwrite import OutputError, check_apart, check_replaceable, real
+from .text import printable
 
-
-class OutputError(Exception):
-    """The output cannot be created or replaced."""
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def _owner_alive(leftover: Path, pid: int) -> bool:
-    try:
-        fd = os.open(leftover / LOCK, os.O_RDWR)
-    except FileNotFoundError:  # made by a conversion killed before it took the lock, or one from an older version
-        return _pid_alive(pid)
-    except OSError:
-        return True  # cannot tell: leave it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # releases the lock if we got it
-    return False
-
-
-def remove_stale(out: Path) -> list[str]:
-    """Delete what killed conversions into `out` left behind; never a live conversion's. Returns what was done."""
-    said = []
-    for leftover in sorted(out.parent.glob(f".{out.name}.*-*")):
-        kind, _, pid = leftover.name.rpartition("-")
-        if kind not in (f".{out.name}.tmp", f".{out.name}.old") or not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        if not _owner_alive(leftover, int(pid)):
-            shutil.rmtree(leftover, ignore_errors=True)
-            said.append(f"removed {leftover}: left by a conversion (process {pid}) that has ended")
-    return said
+__all__ = ["LOCK", "OutputError", "Workdir"]
 
 
 class Workdir:
     """The temporary output of this conversion, locked while it lives."""
 
-    def __init__(self, out: Path, overwrite: bool) -> None:
-        self.out = Path(out)
+    def __init__(self, out: Path, overwrite: bool, inputs: Iterable[str] = ()) -> None:
+        """`inputs`: the paths the conversion reads (resolved), which the output and its siblings must stay apart
+        from."""
+        self.out = Path(real(out))
         self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
         self._lock: int | None = None
+        inputs = list(inputs)
+        check_apart(str(self.out), inputs)
         try:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.removed = remove_stale(self.out)
+            self.removed = recover(self.out, inputs)
+            check_replaceable(str(self.out), overwrite)
         except OSError as e:
-            raise OutputError(f"{self.out}: cannot write the output ({e.strerror or e})") from None
-        if self.out.exists() and not overwrite and (self.out.is_file() or any(self.out.iterdir())):
-            raise OutputError(f"{self.out}: already exists and is not empty; pass --overwrite to replace it")
+            raise OutputError(f"{printable(self.out)}: cannot write the output ({e.strerror or e})") from None
         try:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp.mkdir()
@@ -80,15 +48,23 @@ class Workdir:
             fcntl.flock(self._lock, fcntl.LOCK_EX)
         except OSError as e:
             self.discard()
-            raise OutputError(f"{self.out}: cannot write the output ({e.strerror or e})") from None
+            raise OutputError(f"{printable(self.out)}: cannot write the output ({e.strerror or e})") from None
 
     def publish(self) -> None:
-        """Move the finished output into place (replacing an old one); the lock goes, it is not part of the data."""
-        (self.tmp / LOCK).unlink()
+        """Move the finished output into place (replacing an old one); the lock goes, it is not part of the data. It
+        is held over the first rename, so that a conversion killed between the two still reads as ended only once it
+        has (dataprep.leftovers completes its publish)."""
         old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
-        if self.out.exists():
-            os.replace(self.out, old)
-        os.replace(self.tmp, self.out)
+        with _signals_held():  # Ctrl-C or SIGTERM between the renames acts after them
+            if self.out.exists():
+                os.replace(self.out, old)
+            try:
+                (self.tmp / LOCK).unlink()
+                os.replace(self.tmp, self.out)
+            except BaseException:
+                if old.exists() and not self.out.exists():
+                    os.replace(old, self.out)  # the previous output back, as it was
+                raise
         shutil.rmtree(old, ignore_errors=True)
         self._unlock()
 
@@ -109,3 +85,22 @@ class Workdir:
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back until the block ends, then acted on as usual, so a stop request cannot land
+    between two renames that belong together. (Masking them would not do: another thread would take the signal and
+    Python would still run the handler here, in the main thread.)"""
+    if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
+        yield
+        return
+    came: list[int] = []
+    held = {sig: signal.signal(sig, lambda sig, _: came.append(sig)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
+        for sig in came[:1]:
+            signal.raise_signal(sig)

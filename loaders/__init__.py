@@ -23,7 +23,7 @@ NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali"
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
     from dataprep.manifest import ManifestError, load_manifest
-    from dataprep.paths import OutsideError
+    from dataprep.paths import NotRegularError, OutsideError
 
     from .base import LoaderOptions
     from .integrity import check_format, fix
@@ -49,6 +49,8 @@ def build_loader(name: str, data_dir: str | Path, **options):
         return cls(Path(data_dir), manifest, LoaderOptions(**options))
     except OutsideError as e:  # the message names the entry, where it was found and what to do
         raise LoaderError(str(e)) from None
+    except NotRegularError as e:  # a FIFO in a file's place: refused before any backend could wait on it
+        raise LoaderError(f"{e}; {fix(data_dir)}") from None
     except ImportError as e:
         missing = (e.name or "").split(".")[0]
         extra = EXTRAS.get(missing)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from stat import S_ISLNK
+from stat import S_ISLNK, S_ISREG
 
 import numpy as np
 
 from dataprep.fields import changed_fields
-from dataprep.paths import OutsideError, all_inside, inside
+from dataprep.paths import NotRegularError, OutsideError, all_inside, inside, require_regular
 
 from .errors import LoaderError
 
@@ -58,9 +58,12 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
     for rel, size in sizes.items():
         try:
             st = os.lstat(prefix + rel)
-            actual = os.stat(inside(data_dir, rel, source=source)).st_size if S_ISLNK(st.st_mode) else st.st_size
+            st = os.stat(inside(data_dir, rel, source=source)) if S_ISLNK(st.st_mode) else st
         except OSError as e:
             raise DamagedDataError(f"{data_dir / rel}: {e.strerror.lower()}; {fix(data_dir)}") from None
+        if not S_ISREG(st.st_mode):  # a FIFO would block the backend's open for ever; refused from the stat made anyway
+            raise DamagedDataError(f"{NotRegularError(data_dir / rel, st.st_mode, 'file')}; {fix(data_dir)}")
+        actual = st.st_size
         if actual != size:
             raise DamagedDataError(
                 f"{data_dir / rel}: {actual:,} bytes, the manifest says {size:,} (truncated or changed after "
@@ -77,6 +80,7 @@ def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
     from dataprep.formats.hdf5 import data_file
 
     path = data_file(data_dir)
+    require_regular(path)  # listed files were checked above; an unlisted one must not block HDF5's open either
     want = {"x": ((count, *shape), np.dtype(manifest["dtype"])), "y": ((count,), np.dtype("int64"))}
     if manifest["kind"] == "audio":
         want["length"] = ((count,), np.dtype("int64"))
@@ -98,6 +102,7 @@ def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
     from dataprep.formats.ffcv import data_file, field_names
 
     path = data_file(data_dir)
+    require_regular(path)
     try:
         problem = _ffcv_tables(path, manifest, count, shape, field_names(manifest["kind"]))
     except Exception as e:  # garbage in the field table makes FFCV's own parsing fail in many ways
@@ -154,6 +159,8 @@ def _dali(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
     tars, indexes = shard_paths(data_dir)
     total = 0
     for tar, index in zip(tars, indexes):
+        require_regular(tar)
+        require_regular(index)
         problem, n = _dali_index(Path(index), os.stat(tar).st_size, expected)
         if problem:
             return f"{index}: {problem}"

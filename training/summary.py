@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from dataprep.text import printable
+
 SUMMARY_NAME = "summary.json"
 
 
@@ -71,4 +73,4 @@ def lines(rec: dict) -> list[str]:
     files = rec.get("files", {})
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")
-    return out
+    return [printable(line) for line in out]  # paths, names and reasons can come from the data: no terminal controls

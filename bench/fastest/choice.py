@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataprep.paths import inside
+from dataprep.text import printable
 
 from .probe import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
@@ -205,7 +206,7 @@ def choose(
             return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}{ranks}): {why}")
     out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
     t0 = time.perf_counter()
-    echo = lambda line: print(f"fastest: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    echo = lambda line: print(printable(f"fastest: {line}"), file=sys.stderr, flush=True)  # noqa: E731
     summary = run_probe(Path(data_dir), manifest, key, out, echo=echo)
     rows = scenario_rows(out, **key)
     if not latest_groups(rows):

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dataprep.stopping import Stopped
+
 from ..records.env import write_json_atomic
 from .job import BACKEND_NAMES, Job, estimate_s, expand
 
@@ -121,8 +123,8 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         _write_error(path, job, f"timed out after {timeout_s:.0f} s (--timeout) and was stopped; see grid.log")
-    except BaseException:  # Ctrl-C: stop the child and its workers, leave no partial JSON behind
-        _kill_group(proc)
+    except BaseException:  # Ctrl-C or SIGTERM: stop the child and its workers, leave no partial JSON behind
+        _kill_group(proc, grace=1.0)  # within the seconds a stopped command has (dataprep.stopping)
         ranks.clean(job, path)
         raise
     if job.nproc > 1:  # the ranks' records into one (a timeout's error record stays as it is)
@@ -140,7 +142,8 @@ def _how_it_ended(returncode: int) -> str:
     return f"was killed by {name}{oom}"
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the run's process group, SIGKILL it if it has not ended `grace` seconds later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -148,7 +151,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
         except ProcessLookupError:
             return
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=grace)
             return
         except subprocess.TimeoutExpired:
             continue
@@ -233,7 +236,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
         f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
         f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
     )
-    env, outcome = child_env(cfg), GridOutcome([], [], False)
+    env, outcome, stop = child_env(cfg), GridOutcome([], [], False), None
     outcome.done = [cfg.out / f"{j.name}.json" for j in jobs if j not in todo]
     bar = tqdm(todo, desc="bench", unit="config", disable=not cfg.progress, file=sys.stderr, dynamic_ncols=True)
     t_start, took = time.perf_counter(), []
@@ -254,13 +257,17 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
                 took.append(time.perf_counter() - t0)
                 log.write(f"=== {job.name}: {'done' if ok else 'FAILED'} in {took[-1]:.1f} s\n".encode())
                 (outcome.done if ok else outcome.failed).append(path if ok else job.name)
-    except KeyboardInterrupt:
-        outcome.interrupted = True
+    except (KeyboardInterrupt, Stopped) as e:
+        outcome.interrupted, stop = True, e
     finally:
         bar.close()
         finalize(cfg.out)
     if outcome.left:
         echo(f"time limit: {outcome.left} configurations not started; rerun the same command with --resume")
     if outcome.interrupted:
-        raise KeyboardInterrupt(f"{len(outcome.done)} finished configurations kept in {cfg.out}")
+        kept = f"{len(outcome.done)} finished configurations kept in {cfg.out}"
+        if isinstance(stop, Stopped):  # SIGTERM, or Ctrl-C under the bench command: the signal decides the exit code
+            stop.args = (kept,)
+            raise stop
+        raise KeyboardInterrupt(kept)
     return outcome

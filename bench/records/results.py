@@ -13,7 +13,8 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from dataprep.paths import RESULTS, inside
+from dataprep.paths import RESULTS, inside, open_regular
+from dataprep.text import printable
 
 from .env import write_json_atomic
 from .thresholds import BEHIND, HIGHLY, INPUT_BOUND, NOISE, UNEXPLAINED
@@ -77,14 +78,15 @@ def load_records(results_dir: Path) -> list[dict]:
     for path in sorted(Path(results_dir).glob("*.json")):
         inside(results_dir, path.name, source=results_dir, **RESULTS)  # a link out is refused, not skipped
         try:
-            rec = json.loads(path.read_text())
+            with open_regular(path) as f:  # a FIFO named .json is skipped as unreadable, not waited on
+                rec = json.loads(f.read())
             if isinstance(rec, dict) and "job" in rec:
                 flat(rec)  # every reader of a record goes through flat: a record it cannot read is damaged
                 rec["_path"] = str(path)
                 out.append(rec)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            warnings.warn(f"{path}: skipped, not a readable bench result ({type(e).__name__}: {e})", ResultWarning,
-                          stacklevel=2)  # fmt: skip
+            message = printable(f"{path}: skipped, not a readable bench result ({type(e).__name__}: {e})")
+            warnings.warn(message, ResultWarning, stacklevel=2)
     return out
 
 

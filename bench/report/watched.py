@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dataprep.paths import RESULTS, inside
+from dataprep.paths import RESULTS, inside, open_regular
+from dataprep.text import printable
 
 
 def find_watches(results_dir: Path) -> list[tuple[str, dict]]:
@@ -16,9 +17,10 @@ def find_watches(results_dir: Path) -> list[tuple[str, dict]]:
         for path in sorted(Path(results_dir).glob(pattern)):
             inside(results_dir, path.relative_to(results_dir).as_posix(), source=results_dir, **RESULTS)
             try:
-                rec = json.loads(path.read_text())
+                with open_regular(path) as f:  # a FIFO is skipped as unreadable, not waited on
+                    rec = json.loads(f.read())
             except (OSError, ValueError):
-                print(f"bench report: skipped {path}: not readable JSON", flush=True)
+                print(printable(f"bench report: skipped {path}: not readable JSON"), flush=True)
                 continue
             if rec.get("kind") == "watch" and rec.get("samples_per_s") is not None:
                 out.append(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import all_inside, inside
+from ..paths import all_inside, inside, open_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -132,7 +132,7 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
     ext = data_ext(meta.kind)
     xs, ys, lens = [], [], []
     for tar_path in shard_paths(data_dir)[0]:
-        with tarfile.open(tar_path) as tar:
+        with open_regular(tar_path) as f, tarfile.open(fileobj=f) as tar:  # a FIFO is refused, not waited on
             for m in tar:
                 data = tar.extractfile(m).read()
                 kind = m.name.rsplit(".", 1)[1]

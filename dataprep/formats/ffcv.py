@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..parallel import die_with_parent, exit_when_gone
-from ..paths import inside
+from ..paths import inside, require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -176,7 +176,8 @@ def _serve(conn, parent: int) -> None:
     import multiprocessing as mp
 
     t0 = time.perf_counter()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the converting process, which stops this one
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C and SIGTERM are for the converting process, which stops
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # this one (a group's signal must not end the write unreported)
     exit_when_gone(parent)
     # a forkserver child inherits forkserver as its start method; FFCV's writer processes must be forked (a fresh
     # process would import FFCV again, seconds each), from this process that runs nothing else
@@ -217,6 +218,9 @@ class Helper:
         """Hand the helper its job; wait for the .beton; the seconds of its stages."""
         self.conn.send(job)
         try:
+            while not self.conn.poll(0.2):  # short polls: the converting process acts on a stop signal at once
+                if not self.process.is_alive() and not self.conn.poll():
+                    raise EOFError
             failure, times = self.conn.recv()
         except EOFError:
             failure, times = RuntimeError(f"FFCV's writer process ended without a word (exit code "
@@ -282,8 +286,10 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
     decoders = {"image": SimpleRGBImageDecoder(), "audio": NDArrayDecoder(), "latent": NDArrayDecoder(),
                 "label": IntDecoder()}  # fmt: skip
     decoders["length"] = IntDecoder()
+    path = data_file(data_dir)
+    require_regular(path)  # FFCV's own open would wait on a FIFO for ever
     loader = Loader(
-        str(data_file(data_dir)), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
+        str(path), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
         drop_last=False, pipelines={n: [decoders[n]] for n in names},
     )  # fmt: skip
     for batch in loader:

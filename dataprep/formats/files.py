@@ -5,13 +5,14 @@ float32 WAV per clip or one `.npy` per latent sample (as latent-diffusion traini
 from __future__ import annotations
 
 import csv
+import io
 from collections.abc import Container, Iterator
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ..paths import all_inside, inside
+from ..paths import all_inside, inside, open_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -95,27 +96,29 @@ def read_index(data_dir: Path, checked: Container[str] = ()) -> list[list[str]]:
     (`files/...`) the caller has already found inside (the loaders' open check, which has just checked the
     manifest's list): rows naming one of them need no second look, which spares the open a pass over 50,000 names."""
     index = inside(data_dir, f"{DIRNAME}/index.csv", source=data_dir)
-    with open(index, newline="") as f:
-        rows = list(csv.reader(f))[1:]
+    with open_regular(index) as f:  # a FIFO in its place is refused, not waited on
+        rows = list(csv.reader(io.TextIOWrapper(f, newline="")))[1:]
     unchecked = [r[0] for r in rows if r and f"{DIRNAME}/{r[0]}" not in checked]
     all_inside(data_dir, unchecked, source=index, under=DIRNAME)
     return rows
 
 
 def read_sample(path: Path, kind: str) -> np.ndarray:
-    if kind == "image":
-        from PIL import Image
+    """One sample file, opened as a regular file only (a FIFO in its place is refused, not waited on)."""
+    with open_regular(path) as f:
+        if kind == "image":
+            from PIL import Image
 
-        with Image.open(path) as im:
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
-    if kind == "latent":
-        try:
-            return np.load(path, allow_pickle=False)  # never pickles: a doctored file cannot run code
-        except (ValueError, EOFError, OSError) as e:  # a header that does not fit the data: name the file
-            raise ValueError(f"{path}: not a readable .npy sample ({type(e).__name__}: {e})") from None
-    import soundfile as sf
+            with Image.open(f) as im:
+                return np.asarray(im.convert("RGB"), dtype=np.uint8)
+        if kind == "latent":
+            try:
+                return np.load(f, allow_pickle=False)  # never pickles: a doctored file cannot run code
+            except (ValueError, EOFError, OSError) as e:  # a header that does not fit the data: name the file
+                raise ValueError(f"{path}: not a readable .npy sample ({type(e).__name__}: {e})") from None
+        import soundfile as sf
 
-    x, _ = sf.read(path, dtype="float32", always_2d=True)
+        x, _ = sf.read(f, dtype="float32", always_2d=True)
     return x[:, 0] if x.shape[1] == 1 else np.ascontiguousarray(x.T)
 
 

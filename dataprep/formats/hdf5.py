@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside
+from ..paths import inside, require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -71,7 +71,9 @@ def data_file(data_dir: Path) -> Path:
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
     import h5py
 
-    with h5py.File(data_file(data_dir), "r") as f:
+    path = data_file(data_dir)
+    require_regular(path)  # HDF5's own open would wait on a FIFO for ever
+    with h5py.File(path, "r") as f:
         n = f["y"].shape[0]
         for start in range(0, n, chunk_size):
             end = min(n, start + chunk_size)

@@ -201,19 +201,24 @@ class LatentEncoder:
         """The chunks' latents in order. In a thread, chunk k + 1 is queued on the GPU before chunk k is collected, so
         the GPU always holds the next chunk's work while the host copies one back and the caller writes it."""
         self._last_end, self.collected = None, 0
-        with ThreadPoolExecutor(1, thread_name_prefix="encode") as pool:  # one thread: its tasks run in order
+        pool = ThreadPoolExecutor(1, thread_name_prefix="encode")  # one thread: its tasks run in order
+        finished = False
+        try:
             queued = collected = None
             for chunk in chunks:
                 ahead = pool.submit(self.queue, chunk)
                 if queued is not None:
                     collected, previous = pool.submit(lambda f: self.collect(f.result()), queued), collected
                     if previous is not None:
-                        yield previous.result()
+                        yield _result(previous)
                 queued = ahead
             if collected is not None:
-                yield collected.result()
+                yield _result(collected)
             if queued is not None:
-                yield self.collect(queued.result())
+                yield self.collect(_result(queued))
+            finished = True
+        finally:  # closed early or failed: the queued chunks are not wanted, and nothing waits for them
+            pool.shutdown(wait=finished, cancel_futures=not finished)
 
     def _to_host(self, t: torch.Tensor) -> torch.Tensor:
         """A copy back to the host, queued behind the work that computes `t` (pinned memory: the copy is
@@ -231,6 +236,16 @@ class _Queued:
     # host, complete once `done` is
     done: torch.cuda.Event | None  # recorded after the copies back; None on the CPU, where all is done already
     t0: float
+
+
+def _result(future):
+    """A future's result, waited for in short steps: the main thread acts on a stop signal at once even when another
+    thread took it. (concurrent.futures.TimeoutError is the built-in one since Python 3.11.)"""
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except TimeoutError:
+            continue
 
 
 def _dist() -> tuple[int, int]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from ..paths import require_regular
+
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
 FIX = "pass a local directory written by AutoencoderKL.save_pretrained"
 
@@ -160,6 +162,9 @@ def _from_dir(cls, path: Path):
     if declared != "AutoencoderKL":
         raise VaeError(f"{path}: its config.json describes a {declared}, not an AutoencoderKL; {FIX}")
     check_config(values, str(config))
+    for entry in path.iterdir():  # a FIFO in place of the weights would block diffusers' open for ever
+        if not entry.is_dir():
+            require_regular(entry, "file of the autoencoder")
     try:
         return cls.from_pretrained(path)
     except Exception as e:  # missing or damaged weights: diffusers raises OSError, ValueError or safetensors' errors

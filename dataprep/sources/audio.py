@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import NotRegularError, require_regular
 from .base import AudioSpec, BadSample, InputError
 from .files import FileSource, list_files
 
@@ -37,7 +38,10 @@ def decoded_audio(path: Path, spec: AudioSpec) -> tuple[np.ndarray, int]:
     if path.suffix.lower() not in AUDIO_EXTS:
         raise BadSample(path, f"not an audio file (extension {path.suffix or 'none'}; expected {AUDIO_EXTS})")
     try:
+        require_regular(path)  # a FIFO named .wav would block libsndfile's open for ever
         data, rate = sf.read(path, dtype="float32", always_2d=True)
+    except NotRegularError as e:
+        raise BadSample(path, e.problem) from None
     except Exception as e:  # soundfile raises LibsndfileError, RuntimeError or TypeError depending on the damage
         raise BadSample(path, f"corrupt or unreadable audio ({e})") from None
     if data.shape[0] == 0:

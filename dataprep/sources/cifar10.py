@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import safe_pickle
+from ..paths import NotRegularError, open_regular
 from .base import Chunk, InputError, Source
 from .images import resize_array
 
@@ -52,11 +53,13 @@ class Cifar10Source(Source):
                     raise FileNotFoundError("not in the archive")
                 f = self._tar.extractfile(member)
             else:
-                f = open(self.dir / name, "rb")
+                f = open_regular(self.dir / name)
             with f:
                 batch = safe_pickle.load(f)
         except FileNotFoundError:
             raise InputError(f"{where}: missing (a complete cifar-10-batches-py has {SPLITS})") from None
+        except NotRegularError as e:
+            raise InputError(str(e)) from None
         except safe_pickle.UnsafePickle as e:
             raise InputError(
                 f"{where}: refused: the pickle calls {e}, which a CIFAR-10 batch never holds (dicts, lists, bytes, "

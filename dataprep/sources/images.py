@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import NotRegularError, open_regular
 from .base import BadSample
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")
@@ -65,12 +66,14 @@ def decode_image(path: Path, size: int | None = None) -> tuple[np.ndarray, None]
     if Path(path).suffix.lower() not in IMAGE_EXTS:
         raise BadSample(path, f"not an image file (extension {Path(path).suffix or 'none'}; expected {IMAGE_EXTS})")
     try:
-        with Image.open(path) as im:
+        with open_regular(path) as f, Image.open(f) as im:  # a FIFO named .png would block a plain open for ever
             im.load()  # decode now, so a truncated file fails here and not in a loader months later
             rgb = _to_rgb(im)
             if size is not None:
                 rgb = resize_center_crop(rgb, size)
             return np.asarray(rgb, dtype=np.uint8), None
+    except NotRegularError as e:
+        raise BadSample(path, e.problem) from None
     except UnidentifiedImageError:
         raise BadSample(path, "not an image (PIL cannot identify the file)") from None
     except (SyntaxError, ValueError, Image.DecompressionBombError) as e:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import csv
+import io
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 
+from ..paths import NotRegularError, open_regular
 from .base import BadSample, Chunk, InputError
 from .files import FileSource
 from .images import decode_image
@@ -40,9 +42,9 @@ class KaggleSource(FileSource):
     def _read_labels(path: Path) -> dict[str, str]:
         """id -> label; a malformed file is an InputError naming the line."""
         try:
-            with open(path, newline="", encoding="utf-8-sig") as f:
-                rows = list(csv.reader(f))
-        except (UnicodeDecodeError, csv.Error) as e:
+            with open_regular(path) as f:
+                rows = list(csv.reader(io.TextIOWrapper(f, encoding="utf-8-sig", newline="")))
+        except (UnicodeDecodeError, csv.Error, NotRegularError) as e:
             raise InputError(f"{path}: not a readable CSV file ({e})") from None
         if not rows or [c.strip() for c in rows[0][:2]] != ["id", "label"]:
             raise InputError(f"{path}: expected a header 'id,label'")
