@@ -17,7 +17,7 @@ from functools import partial
 from itertools import chain
 from pathlib import Path
 
-from . import __version__
+from . import __version__, ranks
 from .digest import SampleDigest, file_sha256
 from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
@@ -262,39 +262,36 @@ def _device(cfg: ConvertConfig) -> str:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return ranks.world()[0]
 
 
 def _rank_device(cfg: ConvertConfig) -> str:
-    device = _device(cfg)
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device.startswith("cuda") and _world() > 1 else device
+    return ranks.rank_device(_device(cfg))
 
 
 @contextmanager
 def _ranks_group(cfg: ConvertConfig) -> Iterator[None]:
-    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion and leave it
-    at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo: "terminate called
-    without an active exception")."""
-    if cfg.vae is None or _world() == 1:
+    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
+    its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
+    "terminate called without an active exception"). A rank that fails ends every rank promptly (dataprep.ranks)."""
+    if cfg.vae is None or ranks.world()[1] == 1:
         yield
         return
     import torch
 
-    joining = not torch.distributed.is_initialized()  # a group the caller made is the caller's to leave
-    if joining:
+    if torch.distributed.is_initialized():  # a group the caller made is the caller's to leave
         device = _rank_device(cfg)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        yield
+        return
+    watch = ranks.join(_rank_device(cfg))
     try:
         yield
-    finally:
-        if joining:
-            torch.distributed.destroy_process_group()
+    except BaseException as e:
+        ranks.leave(watch, e)
+        raise
+    ranks.leave(watch)
 
 
 def _load_vae(cfg: ConvertConfig, times: Timings):
@@ -322,8 +319,13 @@ def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     if first is None:
         return {}
     encoder = _encoder(cfg, vae, source.kind, first, spec)
-    for _ in encoder.stream(chain([first], stream)):
-        pass
+    encoded = encoder.stream(chain([first], stream))
+    try:
+        for _ in encoded:
+            pass
+    finally:  # on an error too: the decoding processes stop now, not at the interpreter's shutdown
+        encoded.close()
+        stream.close()
     return {}
 
 

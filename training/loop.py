@@ -68,14 +68,16 @@ class RunSummary:
 def main(cfg: TrainConfig, loader=None) -> RunSummary:
     """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
     info, device = ddp.setup(cfg.device)
+    error = None
     try:
         with StopOnSignal() as stop, ExitStack() as cleanup:
             return _train(cfg, loader, info, device, stop, cleanup)
     except BaseException as e:
+        error = e  # under torchrun every rank then stops promptly (ddp.teardown)
         traceback.clear_frames(e.__traceback__)  # the ended frames' locals hold DDP's wrapper: teardown frees it
         raise
     finally:
-        ddp.teardown(info)
+        ddp.teardown(info, error)
 
 
 @torch.no_grad()
@@ -261,6 +263,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             drain()
             with timer.paused():
                 _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
+            log.write(f"step {step}: checkpoint written to {ckpt_path}")
 
     # the loop
     # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures
