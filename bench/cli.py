@@ -330,17 +330,30 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
     import json
     import sys
 
+    from dataprep import ranks
     from loaders import LoaderError
 
     from .fastest.choice import choose
 
     device = _device(device)
+    rank, world, _ = ranks.world()
+    watch = None
+    if world > 1:  # one of `train --loader fastest`'s children: every rank of the training started one (together.py)
+        if world != nproc:
+            raise click.BadParameter(f"{world} ranks started this, not {nproc}", param_hint="--nproc")
+        watch = ranks.join(ranks.rank_device(device))
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
             c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
                        compile=compile, results_dir=results, nproc=nproc)  # fmt: skip
-    except (LoaderError, OSError, ValueError) as e:
-        raise click.ClickException(str(e)) from None
+    except BaseException as e:
+        if watch is not None:
+            ranks.leave(watch, e)
+        if isinstance(e, (LoaderError, OSError, ValueError)):
+            raise click.ClickException(str(e)) from None
+        raise
+    if watch is not None:
+        ranks.leave(watch)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(c)))
     else:
