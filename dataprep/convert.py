@@ -22,7 +22,7 @@ from .digest import SampleDigest, file_sha256
 from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
-from .parallel import available_cores, ordered_map
+from .parallel import cores_per_rank, ordered_map
 from .sources import AudioSpec, Chunk, build_source
 from .sources.images import RESIZE_METHOD
 from .timings import Timings
@@ -48,7 +48,7 @@ class ConvertConfig:
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
     split: str = "train"
     limit: int | None = None  # first N usable samples; the size of the synthetic sets
-    workers: int = field(default_factory=available_cores)  # decoding, encoding, FFCV writer processes: our cores
+    workers: int = field(default_factory=cores_per_rank)  # decoding, encoding, FFCV writer processes: our cores
     on_bad_file: str = "error"  # or "skip": leave bad samples out and list them in the manifest
     sample_rate: int = 16000
     clip_seconds: float = 1.024  # 16384 samples at 16 kHz: 64 STFT hops of 256
