@@ -188,8 +188,8 @@ def explained(g: dict) -> float | None:
 
 def _ranks_waited(g: dict) -> str:
     """Under several ranks, who made the others wait and how much of the lost rate that explains; else nothing."""
-    if g.get("starvation_any") is None or g.get("waited_on_rank") is None:
-        return ""
+    if g.get("starvation_any") is None or g.get("waited_on_rank") is None or g["starvation_any"] < NOISE / 2:
+        return ""  # under 1% of the time: nobody was held long enough to name
     rank, share = g["waited_on_rank"], g["waited_on_share"]
     text = (f"; under {g['nproc']} ranks some rank waited for input {g['starvation_any']:.1%} of the time, holding "
             f"every rank at the all-reduce (rank {rank}: {share:.0%} of that)")  # fmt: skip

@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", choices=("summary", "traces", "gzip"))
     p.add_argument("root", type=Path)
-    p.add_argument("--profile-steps", type=int, default=3, help="steps each trace holds (train --profile-steps)")
+    p.add_argument("--profile-steps", type=int, default=5, help="steps each trace holds (TrainConfig.profile_steps)")
     a = p.parse_args(argv)
     if a.what == "summary":
         summary(a.root, a.profile_steps)

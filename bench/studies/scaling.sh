@@ -17,7 +17,7 @@
 # configuration and rank count, results.md/csv, plots), gputest/ (pytest's output and what each test measured),
 # traces/ (each run's profile/rankN/trace.json.gz, ops.md), summary.md and summary.json (python -m bench.studies.scaling
 # summary). At the end of every call, and every minute while it runs, all of it is archived to ONE file,
-# $OUT/scaling.tgz (well under the 16 MiB a returned file may have: traces are 3 steps each and gzipped).
+# $OUT/scaling.tgz (well under the 16 MiB a returned file may have: traces are 5 steps each and gzipped).
 #
 # Carry: .devdata/cifar10-jpg.tar.gz (the CIFAR-10 JPEGs, 20 MB) and .whl/ (diffusers and importlib_metadata wheels:
 # the convert --vae test and the synthetic latents need diffusers; call1 and call3 do not).
@@ -130,13 +130,14 @@ gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NC
     $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py 2>&1 | tee "$R/gputest/pytest.txt"
 }
 
-profiled() {  # profiled NAME NPROC GRAD_SYNC: `train --profile`, 3 steps after the compile, gpu loader (resident)
+profiled() {  # profiled NAME NPROC GRAD_SYNC: `train --profile`, 5 steps after the compile, gpu loader (resident)
   local name=$1 n=$2 sync=$3
   [ -d "$R/traces/$name/profile" ] && return
   enough 1.2 || { echo "traces $name: NOT complete"; return; }
   local run=(-m training --data "$D/cifar10" --loader gpu --model $M_CIFAR --batch-size $B_CIFAR $COMPILE \
-    --steps 60 --timing-warmup 45 --profile --profile-steps 3 --sample-every 0 --ckpt-every 0 --log-every 60 \
-    --no-progress --grad-sync "$sync" --device $DEV --out "$R/traces/$name")
+    --steps 60 --timing-warmup 45 --profile --sample-every 0 --ckpt-every 0 --log-every 60 --no-progress \
+    --grad-sync "$sync" --device $DEV --out "$R/traces/$name")  # --profile: 5 steps, 40-44, after the compile
+  mkdir -p "$R/traces"
   if [ "$n" = 1 ]; then $PY "${run[@]}"; else $PY -m torch.distributed.run --standalone --nproc_per_node "$n" "${run[@]}"; fi \
     2>&1 | tail -5 | tee "$R/traces/$name.log"
   rm -f "$R/traces/$name"/ckpt.pt
