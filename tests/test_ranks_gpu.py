@@ -113,7 +113,7 @@ def test_a_killed_rank_stops_the_other_nccl_rank_within_a_minute(synthetic_image
 
 EVERY_WAY = """
 import json, sys
-import torch, torch.distributed as dist
+import torch, torch._dynamo, torch.distributed as dist
 from training.config import TrainConfig
 from training.grad_sync import GRAD_SYNCS
 from training.loop import main
@@ -122,6 +122,7 @@ torch.cuda.set_device(rank)
 dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
 out = {}
 for how in GRAD_SYNCS:
+    torch._dynamo.reset()  # each way compiles its own graphs (one process, as the fresh processes of a bench would)
     s = main(TrainConfig(data=sys.argv[1], out=f"{sys.argv[2]}/{how}", loader="gpu", model="tiny", batch_size=32,
                          steps=40, device="cuda", compile=True, sample_every=0, ckpt_every=0, log_every=1, lr=1e-3,
                          warmup=0, timing_warmup=10, grad_sync=how, progress=False))

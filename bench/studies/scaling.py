@@ -27,8 +27,14 @@ def rows(results: Path) -> list[dict]:
     """Every bench record under `results` (one directory per grid), flattened, failed runs left out."""
     out = []
     for d in sorted({p.parent for p in Path(results).rglob("*.json")}):
-        out += [flat(r) | {"grid": d.name} for r in load_records(d)]
+        out += [flat(r) | {"grid": d.name, "weights_equal": _equal(r)} for r in load_records(d)]
     return [r for r in out if not r["error"] and r.get("samples_per_s")]
+
+
+def _equal(rec: dict) -> bool | None:
+    """Whether every rank ended with the same weights (their parameter checksums), where the record has ranks."""
+    sums = [x.get("param_checksum") for x in rec.get("figures", {}).get("ranks", [])]
+    return len(set(sums)) == 1 if len(sums) > 1 else None
 
 
 def weak_table(rs: list[dict]) -> list[str]:
@@ -36,15 +42,35 @@ def weak_table(rs: list[dict]) -> list[str]:
     same setting's 1-GPU rate (one GPU trains without any gradient sync, so every grad_sync shares it)."""
     free = [r for r in rs if r["kind"] == "data_free"]
     one = {(r["model"], r["batch_size"], r["cpus"], r["compile"]): r["samples_per_s"] for r in free if r["nproc"] == 1}
-    lines = ["| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold |",
-             "|---|--:|--:|---|--:|--:|--:|--:|"]  # fmt: skip
+    lines = ["| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold | ranks' "
+             "weights equal |", "|---|--:|--:|---|--:|--:|--:|--:|---|"]  # fmt: skip
     for r in sorted(free, key=lambda r: (r["model"], r["batch_size"], str(r["cpus"]), r["grad_sync"], r["nproc"])):
         base = one.get((r["model"], r["batch_size"], r["cpus"], r["compile"]))
         up = r["samples_per_s"] / base if base else None
         sync = r["grad_sync"] if r["nproc"] > 1 else "–"
         cells = [r["model"], r["batch_size"], r["cpus"] or "all", sync, r["nproc"], f"{r['samples_per_s']:,.0f}",
-                 _f(up, ".2f", "×"), _f(up and up / r["nproc"], ".1%")]  # fmt: skip
+                 _f(up, ".2f", "×"), _f(up and up / r["nproc"], ".1%"),
+                 {None: "–", True: "yes", False: "NO"}[r["weights_equal"]]]  # fmt: skip
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
+def strong_table(rs: list[dict]) -> list[str]:
+    """Data-free rate at a fixed global batch (batch per GPU x GPUs), against the 1-GPU rate at that whole batch, for
+    each global batch measured on one GPU and on more."""
+    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] == "ddp"]
+    groups: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in free:
+        groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"])][r["nproc"]] = r
+    lines = ["| model | global batch | cores per rank | GPUs | batch per GPU | samples/s | speed-up |",
+             "|---|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+    for (model, total, cpus, _), by_n in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if 1 not in by_n or len(by_n) < 2:
+            continue
+        for n, r in sorted(by_n.items()):
+            up = r["samples_per_s"] / by_n[1]["samples_per_s"]
+            lines.append(f"| {model} | {total} | {cpus or 'all'} | {n} | {r['batch_size']} | "
+                         f"{r['samples_per_s']:,.0f} | {up:.2f}× |")  # fmt: skip
     return lines
 
 
@@ -57,9 +83,10 @@ def loader_table(rs: list[dict]) -> list[str]:
         who = f"rank {r['waited_on_rank']} ({r['waited_on_share']:.0%})" if r.get("waited_on_rank") is not None else "–"
         lost = 1 - r["vs_data_free"] if r.get("vs_data_free") else None
         explains = r["starvation_any"] / lost if r.get("starvation_any") is not None and lost and lost > 0 else None
-        cells = [r["model"], r["nproc"], r["cpus"] or "all", f"{r['backend']} w{r['workers']}",
-                 f"{r['samples_per_s']:,.0f}", _f(r.get("vs_data_free"), ".1%"), _f(r["starvation"], ".2%"),
-                 _f(r.get("starvation_any"), ".2%"), who, _f(explains, ".0%")]  # fmt: skip
+        loader = r["backend"] + ("" if r["workers"] is None else f", {r['workers']} workers")
+        cells = [r["model"], r["nproc"], r["cpus"] or "all", loader, f"{r['samples_per_s']:,.0f}",
+                 _f(r.get("vs_data_free"), ".1%"), _f(r["starvation"], ".2%"), _f(r.get("starvation_any"), ".2%"),
+                 who, _f(explains, ".0%")]  # fmt: skip
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
@@ -149,13 +176,15 @@ def summary(results: Path, steps: int) -> dict:
     rs = rows(results)
     found = traces(results / "traces", steps) if (results / "traces").is_dir() else []
     md = ["# Several GPUs: what bench/studies/scaling.sh measured", "", "## Data-free rate against GPUs", ""]
-    md += weak_table(rs) + ["", "## Loaders against the data-free rate of their rank count", ""] + loader_table(rs)
+    md += weak_table(rs) + ["", "## Strong scaling: one global batch over more GPUs", ""] + strong_table(rs)
+    md += ["", "## Loaders against the data-free rate of their rank count", ""] + loader_table(rs)
     md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
     md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
     (results / "summary.md").write_text("\n".join(md) + "\n")
     rates = [{k: r.get(k) for k in ("grid", "name", "kind", "model", "batch_size", "nproc", "cpus", "grad_sync",
                                     "backend", "workers", "samples_per_s", "vs_data_free", "starvation",
-                                    "starvation_any", "waited_on_rank", "waited_on_share")} for r in rs]  # fmt: skip
+                                    "starvation_any", "waited_on_rank", "waited_on_share", "weights_equal")}
+             for r in rs]  # fmt: skip
     record = {"runs": rates, "traces": found}
     (results / "summary.json").write_text(json.dumps(record, indent=1))
     print("\n".join(md))

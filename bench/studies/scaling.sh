@@ -3,14 +3,17 @@
 # at most 9 minutes of wall time. Run the three calls back to back on one warm machine: the torch.compile caches and
 # the results live in /tmp there, and the later calls resume what the earlier ones measured.
 #
-#   bash bench/studies/scaling.sh call1   # ~8.5 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
+#   bash bench/studies/scaling.sh call1   # ~8 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
 #                                         # with today's DDP, then --grad-sync flat and ddp-nosplit at 2/4
-#   bash bench/studies/scaling.sh call2   # ~8 min: dit_b2 b256 on synthetic latents (1/4 DDP, 4 flat), the GPU tests
-#                                         # (convert --vae on 2 and 4 GPUs against one, a rank killed, every
-#                                         # --grad-sync compiled on 2), profiler traces of 1 and 4 ranks (ddp, flat)
-#   bash bench/studies/scaling.sh call3   # ~8 min: gpu and hdf5 loaders at 4 cores per rank on 2/4 GPUs, strong
-#                                         # scaling at a global batch of 512, ddp-bucket100 at 2/4
-# or any steps by name: prep weak candidates dit gputest traces loaders strong bucket summary.
+#   bash bench/studies/scaling.sh call2   # ~8.5 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
+#                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
+#                                         # flat), profiler traces of 1 and 4 ranks (DDP)
+#   bash bench/studies/scaling.sh call3   # ~9 min, if the budget allows: the gpu and hdf5 loaders at 4 cores per rank
+#                                         # on 2/4 GPUs beside the data-free rate pinned the same way (per-rank
+#                                         # affinity against none), strong scaling at a global batch of 512, a trace
+#                                         # of flat on 4, ddp-bucket100 on 4
+# or any steps by name: prep weak candidates gputest dit traces loaders strong bucket summary. Each call first
+# resumes what an earlier one left (a finished grid is skipped in seconds).
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
 #
 # Everything goes to $GPUFEED_RESULTS (default /tmp/gpufeed-scaling): one directory per grid (bench's raw JSON per
@@ -19,8 +22,9 @@
 # summary). At the end of every call, and every minute while it runs, all of it is archived to ONE file,
 # $OUT/scaling.tgz (well under the 16 MiB a returned file may have: traces are 5 steps each and gzipped).
 #
-# Carry: .devdata/cifar10-jpg.tar.gz (the CIFAR-10 JPEGs, 20 MB) and .whl/ (diffusers and importlib_metadata wheels:
-# the convert --vae test and the synthetic latents need diffusers; call1 and call3 do not).
+# Carry, on every call (a machine that went cold between calls starts over from them): .devdata/cifar10-jpg.tar.gz
+# (the CIFAR-10 JPEGs, 20 MB) and .whl/ (the diffusers and importlib_metadata wheels, 6 MB: the convert --vae test and
+# the synthetic latents need diffusers).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -99,7 +103,7 @@ candidates() {  # the ways that keep the compiled step whole: one flat all-reduc
   grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync ddp-nosplit
 }
 bucket() {
-  grid weak-bucket100 "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync ddp-bucket100
+  grid weak-bucket100 "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-bucket100
 }
 
 latents() {  # 2,048 synthetic 32 px images through a tiny autoencoder that does not downsample: 4x32x32 latents,
@@ -121,13 +125,15 @@ dit() {
   grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
 }
 
-gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL; every --grad-sync compiled
+gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL (every --grad-sync compiled on
+  # 2 GPUs is tests/test_ranks_gpu.py's third test: the bench records of each way hold every rank's weights instead)
   grep -q " passed\| failed" "$R/gputest/pytest.txt" 2>/dev/null && { echo "gputest: ran in an earlier call"; return; }
   enough 3 || { echo "gputest: NOT complete (under 3 minutes left)"; return; }
   wheels || echo "gputest: no diffusers: the convert --vae tests skip"
   mkdir -p "$R/gputest"
   GPUFEED_TEST_RECORDS="$R/gputest" timeout "$($PY -c "print(int(60 * float('$(left)')))")" \
-    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py 2>&1 | tee "$R/gputest/pytest.txt"
+    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py -k "convert or killed" 2>&1 \
+    | tee "$R/gputest/pytest.txt"
 }
 
 profiled() {  # profiled NAME NPROC GRAD_SYNC: `train --profile`, 5 steps after the compile, gpu loader (resident)
@@ -146,10 +152,10 @@ profiled() {  # profiled NAME NPROC GRAD_SYNC: `train --profile`, 5 steps after 
 traces() {
   profiled ddp-np1 1 ddp
   profiled ddp-np$TOP "$TOP" ddp
-  profiled flat-np$TOP "$TOP" flat
 }
 
-loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process)
+loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
+  # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
   grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5 --workers $WORKERS \
     --pin-memory on --cpus $CPUS --nproc "$MANY"
 }
@@ -162,8 +168,8 @@ summary() { $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summa
 for STEP in "$@"; do
   case $STEP in
     call1) prep; weak; candidates ;;
-    call2) prep; weak; candidates; dit; gputest; traces ;;  # (what call1 finished is skipped in seconds)
-    call3) prep; weak; candidates; dit; traces; loaders; strong; bucket ;;
+    call2) prep; weak; candidates; gputest; dit; traces ;;  # (what call1 finished is skipped in seconds)
+    call3) prep; weak; candidates; gputest; dit; traces; loaders; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
     prep|weak|candidates|dit|gputest|traces|loaders|strong|bucket) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
