@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from dataprep.text import printable
+from training.config import GRAD_SYNCS
 
 from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
@@ -35,6 +36,8 @@ def _ints(value: str, param: str, example: str, minimum: int) -> tuple[int, ...]
 
 
 def parse_backends(value: str) -> tuple[str, ...]:
+    if value == "none":  # the model's data-free rate alone (at each --nproc, --batch-size or --global-batch)
+        return ()
     items = _split(value, "--backends", "torch,hdf5,gpu")
     bad = [b for b in items if b not in BACKEND_NAMES]
     if bad:
@@ -67,7 +70,8 @@ def cli() -> None:
 
 @cli.command()
 @DATA
-@click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends.")
+@click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends; none: only the "
+              "model's data-free rate.")  # fmt: skip
 @click.option("--workers", default="0,4,8", help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali).")
 @click.option("--pin-memory", "pins", default="on,off", help="on, off or on,off (CUDA only; torch and hdf5).")
 @click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
@@ -96,6 +100,8 @@ def cli() -> None:
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
 @click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
               "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip
+@click.option("--grad-sync", type=click.Choice(GRAD_SYNCS), default="ddp", help="With --nproc: how the ranks average "
+              "gradients (train --grad-sync).")  # fmt: skip
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
 @click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events.")
 @click.option("--resume", is_flag=True, help="Skip configurations whose JSON is already in --out.")
@@ -331,17 +337,30 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
     import json
     import sys
 
+    from dataprep import ranks
     from loaders import LoaderError
 
     from .fastest.choice import choose
 
     device = _device(device)
+    rank, world, _ = ranks.world()
+    watch = None
+    if world > 1:  # one of `train --loader fastest`'s children: every rank of the training started one (together.py)
+        if world != nproc:
+            raise click.BadParameter(f"{world} ranks started this, not {nproc}", param_hint="--nproc")
+        watch = ranks.join(ranks.rank_device(device))
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
             c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
                        compile=compile, results_dir=results, nproc=nproc)  # fmt: skip
-    except (LoaderError, OSError, ValueError) as e:
-        raise click.ClickException(printable(str(e))) from None
+    except BaseException as e:
+        if watch is not None:
+            ranks.leave(watch, e)
+        if isinstance(e, (LoaderError, OSError, ValueError)):
+            raise click.ClickException(printable(str(e))) from None
+        raise
+    if watch is not None:
+        ranks.leave(watch)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(c)))
     else:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
+
+from .parallel import cores_per_rank
 
 FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "all")
 SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "synthetic-images", "synthetic-audio")
@@ -34,8 +35,8 @@ def cli() -> None:
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=len(os.sched_getaffinity(0)),
-    show_default="the cores this process may use",
+    default=cores_per_rank,
+    show_default="the cores this process may use, shared out between the ranks of a host under torchrun",
     help="Decoding, encoding and FFCV writer processes.",
 )
 @click.option("--on-bad-file", type=click.Choice(["error", "skip"]), default="error", show_default=True)

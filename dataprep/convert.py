@@ -17,13 +17,13 @@ from functools import partial
 from itertools import chain
 from pathlib import Path
 
-from . import __version__
+from . import __version__, ranks
 from .digest import SampleDigest, file_sha256
 from .fields import field_digests
 from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
-from .parallel import available_cores, ordered_map
+from .parallel import cores_per_rank, ordered_map
 from .sources import AudioSpec, Chunk, build_source
 from .sources.images import RESIZE_METHOD
 from .timings import Timings
@@ -49,7 +49,7 @@ class ConvertConfig:
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
     split: str = "train"
     limit: int | None = None  # first N usable samples; the size of the synthetic sets
-    workers: int = field(default_factory=available_cores)  # decoding, encoding, FFCV writer processes: our cores
+    workers: int = field(default_factory=cores_per_rank)  # decoding, encoding, FFCV writer processes: our cores
     on_bad_file: str = "error"  # or "skip": leave bad samples out and list them in the manifest
     sample_rate: int = 16000
     clip_seconds: float = 1.024  # 16384 samples at 16 kHz: 64 STFT hops of 256
@@ -285,39 +285,36 @@ def _device(cfg: ConvertConfig) -> str:
 
 
 def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
-
-
-def _world() -> int:
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return ranks.world()[0]
 
 
 def _rank_device(cfg: ConvertConfig) -> str:
-    device = _device(cfg)
-    return f"cuda:{os.environ.get('LOCAL_RANK', '0')}" if device.startswith("cuda") and _world() > 1 else device
+    return ranks.rank_device(_device(cfg))
 
 
 @contextmanager
 def _ranks_group(cfg: ConvertConfig) -> Iterator[None]:
-    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion and leave it
-    at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo: "terminate called
-    without an active exception")."""
-    if cfg.vae is None or _world() == 1:
+    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
+    its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
+    "terminate called without an active exception"). A rank that fails ends every rank promptly (dataprep.ranks)."""
+    if cfg.vae is None or ranks.world()[1] == 1:
         yield
         return
     import torch
 
-    joining = not torch.distributed.is_initialized()  # a group the caller made is the caller's to leave
-    if joining:
+    if torch.distributed.is_initialized():  # a group the caller made is the caller's to leave
         device = _rank_device(cfg)
         if device.startswith("cuda"):
             torch.cuda.set_device(device)
-        torch.distributed.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        yield
+        return
+    watch = ranks.join(_rank_device(cfg))
     try:
         yield
-    finally:
-        if joining:
-            torch.distributed.destroy_process_group()
+    except BaseException as e:
+        ranks.leave(watch, e)
+        raise
+    ranks.leave(watch)
 
 
 def _load_vae(cfg: ConvertConfig, times: Timings):
@@ -345,8 +342,13 @@ def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     if first is None:
         return {}
     encoder = _encoder(cfg, vae, source.kind, first, spec)
-    for _ in encoder.stream(chain([first], stream)):
-        pass
+    encoded = encoder.stream(chain([first], stream))
+    try:
+        for _ in encoded:
+            pass
+    finally:  # on an error too: the decoding processes stop now, not at the interpreter's shutdown
+        encoded.close()
+        stream.close()
     return {}
 
 

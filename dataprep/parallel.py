@@ -25,6 +25,12 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0))
 
 
+def cores_per_rank() -> int:
+    """This process's share of those cores: under torchrun the ranks of a host share them (every rank of `convert
+    --vae` decodes the whole input), else all of them."""
+    return max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+
+
 def die_with_parent() -> None:
     """Linux: be killed when the parent process ends. A conversion killed outright (SIGKILL) cannot stop its
     helpers; their parent (multiprocessing's fork server, or the FFCV helper) ends with it, and so do they, rather

@@ -12,7 +12,15 @@ from pathlib import Path
 import click
 
 from .bytecode import keep_bytecode
-from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig, default_compile_cache
+from .config import (
+    COMPILE_MODES,
+    GRAD_SYNCS,
+    LOADER_NAMES,
+    MODEL_NAMES,
+    PRECISIONS,
+    TrainConfig,
+    default_compile_cache,
+)
 
 _defaults = TrainConfig.__dataclass_fields__
 
@@ -67,6 +75,13 @@ def _d(name: str):
     "GPU and torch [default: $GPUFEED_COMPILE_CACHE or ~/.cache/gpufeed/compile].",
 )
 @click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache.")
+@click.option(
+    "--grad-sync",
+    type=click.Choice(GRAD_SYNCS),
+    default=_d("grad_sync"),
+    help="Under torchrun, how ranks average gradients: DDP, DDP compiled whole (ddp-nosplit), DDP with 100 MB "
+    "bucket views, or one flat all-reduce after the backward (flat).",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=0),

@@ -351,6 +351,8 @@ def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
              "compile_mode": cfg.compile_mode, "channels_last": cfg.channels_last, "world_size": world_size,
              "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
+    if world_size > 1 and cfg.grad_sync != "ddp":  # another graph (DDP's is split at its buckets); ddp keeps old names
+        shape["grad_sync"] = cfg.grad_sync
     if world_size == 1 and cfg.vae is None:  # ranks would remove each other's programs; not tried with them or --vae
         keep_traced_programs()
     cache = CompileCache(cfg.compile_cache, shape, device)

@@ -12,6 +12,7 @@ LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest":
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat")  # training.grad_sync.GRAD_SYNCS (a test checks they match)
 
 
 def default_compile_cache() -> Path:
@@ -49,6 +50,9 @@ class TrainConfig:
     # torch's portable compile cache (training.compile_cache): a new machine of the same GPU and torch loads the kernels
     # an earlier run saved there instead of generating and building them again; None: neither read nor written
     compile_cache: Path | None = field(default_factory=default_compile_cache)
+    # under torchrun: how the ranks average gradients (training.grad_sync). DDP as torch ships it until the other
+    # candidates are measured on GPUs; all give the same losses to rounding
+    grad_sync: str = "ddp"
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
@@ -76,6 +80,7 @@ class TrainConfig:
             (self.model is None or self.model in MODEL_NAMES, f"model must be one of {', '.join(MODEL_NAMES)}"),
             (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}"),
             (self.compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}"),
+            (self.grad_sync in GRAD_SYNCS, f"grad_sync must be one of {', '.join(GRAD_SYNCS)}"),
             (self.batch_size > 0 and self.steps > 0, "batch_size and steps must be positive"),
             (self.lr > 0 and 0 <= self.ema < 1, "lr must be positive and ema in [0, 1)"),
             (

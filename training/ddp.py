@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gc
-import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from dataprep import ranks
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,8 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
+    # the heartbeat of a group this process joined (dataprep.ranks); None when single or in a group its caller made
+    watch: object | None = field(default=None, compare=False, repr=False)
 
     @property
     def enabled(self) -> bool:
@@ -27,29 +29,28 @@ class Dist:
 
 
 def setup(device: str) -> tuple[Dist, str]:
-    """Join the process group when launched by torchrun; return the rank info and this rank's device."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    """Join the process group when launched by torchrun; return the rank info and this rank's device (cuda:LOCAL_RANK
+    under torchrun: one GPU per rank)."""
+    rank, world_size, local_rank = ranks.world()
     if world_size <= 1:
         if device.startswith("cuda:") and torch.cuda.is_available():
             torch.cuda.set_device(device)  # events, streams and synchronize() act on the current device, not on cuda:N
         return Dist(), device
-    info = Dist(int(os.environ["RANK"]), world_size, int(os.environ.get("LOCAL_RANK", "0")))
-    if device.startswith("cuda"):
-        device = f"cuda:{info.local_rank}"
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"  # gloo is the CPU collective backend
-        dist.init_process_group(backend, rank=info.rank, world_size=world_size)
-    return info, device
+    device = ranks.rank_device(device)
+    if dist.is_initialized():  # a group the caller made (bench's probe) is the caller's to leave
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        return Dist(rank, world_size, local_rank), device
+    return Dist(rank, world_size, local_rank, ranks.join(device)), device
 
 
-def teardown(info: Dist) -> None:
-    """Leave the group. DDP's wrapper sits in a reference cycle and its reducer holds the process group, so both
-    outlived `destroy_process_group` until the interpreter's shutdown freed them, where gloo aborted the rank
-    ("terminate called without an active exception") in 14 of 100 runs of a two-rank script. Collected here first."""
-    if info.enabled and dist.is_initialized():
-        gc.collect()
-        dist.destroy_process_group()
+def teardown(info: Dist, error: BaseException | None = None) -> None:
+    """Leave the group `setup` joined; after `error`, say which rank failed and end this rank promptly, so that the
+    others stop too (dataprep.ranks). DDP's wrapper sits in a reference cycle and its reducer holds the process group,
+    so both outlived `destroy_process_group` until the interpreter's shutdown freed them, where gloo aborted the rank
+    ("terminate called without an active exception") in 14 of 100 runs of a two-rank script: collected first."""
+    if info.enabled and info.watch is not None:
+        ranks.leave(info.watch, error)
 
 
 def all_reduce(values: list[float], info: Dist, device: str, op: str = "sum") -> list[float]:

@@ -32,6 +32,7 @@ from .checkpoint import (
 )
 from .compile_cache import for_run, since_launch
 from .config import TrainConfig
+from .grad_sync import wrap
 from .metrics import MetricsLog
 from .starvation import StepTimer
 from .stream import EpochStream, check_fits, choose_loader, data_spec, open_loader
@@ -68,14 +69,16 @@ class RunSummary:
 def main(cfg: TrainConfig, loader=None) -> RunSummary:
     """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
     info, device = ddp.setup(cfg.device)
+    error = None
     try:
         with StopOnSignal() as stop, ExitStack() as cleanup:
             return _train(cfg, loader, info, device, stop, cleanup)
     except BaseException as e:
+        error = e  # under torchrun every rank then stops promptly (ddp.teardown)
         traceback.clear_frames(e.__traceback__)  # the ended frames' locals hold DDP's wrapper: teardown frees it
         raise
     finally:
-        ddp.teardown(info)
+        ddp.teardown(info, error)
 
 
 @torch.no_grad()
@@ -134,12 +137,12 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     else:
         torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
 
-    net = torch.nn.parallel.DistributedDataParallel(model) if info.enabled else model
     # Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
     # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
-    # graph and the NCCL all-reduces run eagerly between them (collectives are never captured). Not yet run on GPUs
-    # (tests/test_training_ddp.py has the 2-GPU test); `--compile-mode default` is the fall-back. The compile cache
-    # loads first: torch.compile installs the traced program it may hold
+    # graph and the NCCL all-reduces run eagerly between them. `--grad-sync` chooses another way (training.grad_sync);
+    # `sync_grads` then averages the gradients between backward and the optimizer. The compile cache loads first:
+    # torch.compile installs the traced program it may hold
+    net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
@@ -186,6 +189,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             loss = diffusion.loss(net, x, y=y if conditional else None).float()
         pending.append(stage(loss.detach()))  # before backward: the event lands early in this step's stream
         scaler.scale(loss).backward()
+        if sync_grads is not None:
+            sync_grads()
         if cfg.grad_clip > 0:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, foreach=True)
@@ -261,6 +266,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             drain()
             with timer.paused():
                 _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
+            log.write(f"step {step}: checkpoint written to {ckpt_path}")
 
     # the loop
     # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures

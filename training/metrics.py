@@ -39,6 +39,24 @@ def _none(row: list[float]) -> list[float | None]:
     return [None if math.isnan(v) else v for v in row]
 
 
+def waited_on(idle: list[list[float]], span_s: float) -> dict:
+    """Under DDP a rank whose input is late holds every rank at the next all-reduce, so the group loses, at each step,
+    the longest wait of any rank. From every rank's idle seconds per step (`idle[rank][step]`): `starvation_any`, the
+    share of the span that some rank spent waiting for its input (the time every GPU lost to input); `waited_on_rank`,
+    the rank whose waits were the longest most of that time, and `waited_on_share`, its part of it."""
+    lost = [0.0] * len(idle)
+    for step in zip(*idle):
+        worst = max(range(len(step)), key=lambda r: step[r])
+        lost[worst] += step[worst]
+    total = sum(lost)
+    rank = max(range(len(idle)), key=lambda r: lost[r])
+    return {
+        "starvation_any": total / span_s if span_s > 0 else 0.0,
+        "waited_on_rank": rank if total > 0 else None,
+        "waited_on_share": lost[rank] / total if total > 0 else None,
+    }
+
+
 def merged(ranks: list[dict], key: str) -> dict:
     """KEY_mean over ranks and the worst rank (KEY_max, KEY_worst_rank): under DDP every step waits for the slowest
     rank, so one starved rank idles every GPU. None where no rank has the figure (host_behind on CPU)."""
@@ -183,9 +201,14 @@ class MetricsLog:
         figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
         if s is not None:
             rates = self._rates(s, flops)
+            starvation = s.to_dict() | merged(ranks, "starvation") | merged(ranks, "host_behind")
+            if self.info.enabled:  # one more collective, on every rank alike (the same steps are measured)
+                skip = max(0, min(self.cfg.timing_warmup, n - 2))
+                rows = ddp.gather([*timer.idle_per_step(skip), s.wall_s], self.info, self.device)
+                starvation |= waited_on([r[:-1] for r in rows], sum(r[-1] for r in rows) / len(rows))
             figures = {
                 "samples_per_s": sum(r["samples_per_s"] for r in ranks),
-                "starvation": s.to_dict() | merged(ranks, "starvation") | merged(ranks, "host_behind"),
+                "starvation": starvation,
                 "tflops": rates["tflops"],
                 "mfu": rates["mfu"],
             }

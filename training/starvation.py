@@ -116,6 +116,20 @@ class StepTimer:
         n = len(self.wall) if stop is None else stop
         return self._fetch_t0[skip], self._end_wall[n - 1]
 
+    def idle_per_step(self, skip: int = 0, stop: int | None = None) -> list[float]:
+        """Seconds the device waited for input before each step of [skip, stop), as `summary` counts them: the gap
+        since the previous step (CUDA events; 0 for the first step recorded) or the host's wait for the batch (CPU).
+        Synchronizes the device once."""
+        n = len(self.wall) if stop is None else min(stop, len(self.wall))
+        if not self.cuda:
+            return self.waits[skip:n]
+        self._torch.cuda.synchronize()
+        cut = [0.0] * len(self.wall)
+        for i, _, _, ev0, ev1 in self._pauses:
+            cut[i] += ev0.elapsed_time(ev1) / 1e3
+        gap = lambda i: self._end[i - 1].elapsed_time(self._begin[i]) / 1e3 - cut[i - 1]  # noqa: E731
+        return [max(0.0, gap(i)) if i > 0 else 0.0 for i in range(skip, n)]
+
     def summary(self, skip: int = 0, stop: int | None = None) -> StarvationSummary:
         """Figures over steps [skip, stop) (stop defaults to every step recorded). Synchronizes the device once."""
         n = len(self.wall) if stop is None else min(stop, len(self.wall))

@@ -101,28 +101,44 @@ class LoaderChoice:
 
 
 def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> LoaderChoice:
-    """The backend and its settings; for "fastest", rank 0 asks bench and every rank uses its answer."""
+    """The backend and its settings; for "fastest", bench's answer. Under torchrun every rank asks in a child process
+    of its own, and the children form a group of their own on a port rank 0 chose: with no results for this rank count
+    they measure together, as the training will run (bench.fastest.together). Every rank takes rank 0's answer."""
     if cfg.loader != "fastest":
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
-    picked = [None]
-    if info.main:
-        picked = [ask_bench(cfg, model, device, info.world_size)]
-    if info.enabled:
-        torch.distributed.broadcast_object_list(picked, src=0)
+    if not info.enabled:
+        return ask_bench(cfg, model, device)
+    port = [_free_port() if info.main else None]
+    torch.distributed.broadcast_object_list(port, src=0)
+    # the children's own group: rank 0's child holds its store on rank 0's host (MASTER_ADDR), not torchrun's
+    env = {"MASTER_PORT": str(port[0]), "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    picked = [ask_bench(cfg, model, device, info.world_size, env)]
+    torch.distributed.broadcast_object_list(picked, src=0)
     return picked[0]
 
 
-def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1) -> LoaderChoice:
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1, env: dict | None = None) -> LoaderChoice:
     """`bench fastest --json` in a child process, as a user would run it: bench runs training loops to measure
     loaders, so training talks to bench through its command line, never by importing it (no import cycle). The
-    child's progress (a short bench when there are no results) goes to this process's stderr."""
+    child's progress (a short bench when there are no results) goes to this process's stderr; `env` is added to its
+    environment."""
+    import os
     import subprocess
     import sys
 
     cmd = [sys.executable, "-m", "bench", "fastest", "--json", "--data", str(cfg.data), "--model", model,
            "--batch-size", str(cfg.batch_size), "--nproc", str(world_size), "--device", device,
            "--precision", cfg.precision, "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    child_env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_ERROR_FILE"} | (env or {})
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=child_env)
     if out.returncode != 0:
         raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
                         f"with a backend name to train without it")  # fmt: skip

@@ -189,39 +189,58 @@ def choose(
 ) -> Choice:
     """The loader configuration for `train --loader fastest`; measures in-process first when there are no results.
     Training on `nproc` ranks takes results measured with that many ranks (`bench loaders --nproc`: the host's cores
-    shared as training will share them), else those of one process, as when no multi-rank grid was run."""
+    shared as training will share them), else those of one process, as when no multi-rank grid was run. Called by
+    every rank of a process group (`bench fastest` under training's torchrun), the ranks measure together when there
+    are none (together.py), and every rank returns rank 0's choice."""
     from dataprep.manifest import load_manifest
 
     from .probe_run import run_probe
+    from .together import same
 
     manifest = load_manifest(data_dir)
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
+    found = same(_from_results(dirs, key, nproc, batch_size))  # under several ranks, rank 0's results decide
+    if found is not None:
+        return found
+    out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
+    t0 = time.perf_counter()
+    echo = lambda line: print(printable(f"fastest: {line}"), file=sys.stderr, flush=True)  # noqa: E731
+    summary = run_probe(Path(data_dir), manifest, key, out, echo=echo)
+    if summary is None:  # a rank that followed rank 0's probe: rank 0 picks, or says why it could not
+        got = same(None)
+        if isinstance(got, Exception):
+            raise got
+        return got
+    rows = scenario_rows(out, **key, nproc=summary["nproc"])
+    if not latest_groups(rows):
+        from loaders import LoaderError
+
+        error = LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
+                            f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
+        same(error)
+        raise error
+    win, why = _pick(rows)
+    measured = sum("samples_per_s" in c for c in summary["ceilings"])
+    with_ranks = f" with {summary['nproc']} ranks" if summary["nproc"] > 1 else ""
+    prefix = (
+        f"no bench results for this data, device, model, batch size, precision and compile setting: measured in "
+        f"this process first{with_ranks} ({time.perf_counter() - t0:.0f} s: the data-free rate twice, {measured} "
+        f"loader ceilings, {summary['confirmed']} confirmed in the training loop; results in {out}); "
+    )
+    return same(_choice(win, batch_size, prefix + why))
+
+
+def _from_results(dirs: list[Path], key: dict, nproc: int, batch_size: int) -> Choice | None:
+    """The choice from the results of `nproc` ranks, else of one process, in the first directory that has any."""
     for d, n in [(d, n) for n in dict.fromkeys((nproc, 1)) for d in dict.fromkeys(dirs)]:
         rows = scenario_rows(d, **key, nproc=n) if d.is_dir() else []
         if latest_groups(rows):
             win, why = _pick(rows)
             ranks = f", measured with {n} ranks" if n > 1 else ", measured in one process" if nproc > 1 else ""
             return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}{ranks}): {why}")
-    out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
-    t0 = time.perf_counter()
-    echo = lambda line: print(printable(f"fastest: {line}"), file=sys.stderr, flush=True)  # noqa: E731
-    summary = run_probe(Path(data_dir), manifest, key, out, echo=echo)
-    rows = scenario_rows(out, **key)
-    if not latest_groups(rows):
-        from loaders import LoaderError
-
-        raise LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
-                          f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
-    win, why = _pick(rows)
-    measured = sum("samples_per_s" in c for c in summary["ceilings"])
-    prefix = (
-        f"no bench results for this data, device, model, batch size, precision and compile setting: measured in "
-        f"this process first ({time.perf_counter() - t0:.0f} s: the data-free rate twice, {measured} loader "
-        f"ceilings, {summary['confirmed']} confirmed in the training loop; results in {out}); "
-    )
-    return _choice(win, batch_size, prefix + why)
+    return None
 
 
 def _pick(rows: list[dict]) -> tuple[dict, str]:

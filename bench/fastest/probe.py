@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +56,9 @@ class ProbeConfig:
     @classmethod
     def for_device(cls, device: str) -> ProbeConfig:
         return cls() if device.startswith("cuda") else cls(warmup=1, loader_warmup=1, segment_s=2.0, min_steps=2)
+
+
+DONE = ("done",)  # what the last step tells the other ranks: no more steps
 
 
 class ProbeDone(Exception):
@@ -107,16 +110,21 @@ class Probe:
         self.ceilings: list[dict] = []
         self.failed: list[dict] = []  # candidates whose confirmation raised
         self.times: dict[str, float] = {}
+        # under several ranks (together.py): this rank's shard, and what each step eats told to the other ranks
+        self.shard: dict[str, int] = {}
+        self.tell: Callable[[tuple | None], None] = lambda cand: None
 
-    def step(self, batch):
+    def step(self, batch, cand: tuple | None = None):
+        """The batch of the next step; `cand` is the loader configuration it came from (None: the resident batch)."""
+        self.tell(cand)  # before counting: under several ranks it may refuse the step (together.py)
         self.i += 1
         return batch
 
-    def window(self, source: Iterator) -> Iterator:
+    def window(self, source: Iterator, cand: tuple | None = None) -> Iterator:
         """Steps from `source` for at least segment_s seconds and min_steps steps; returns (first, end) step."""
         a, t0 = self.i, time.perf_counter()
         while self.i - a < self.cfg.min_steps or time.perf_counter() - t0 < self.cfg.segment_s:
-            yield self.step(next(source))
+            yield self.step(next(source), cand)
         return a, self.i
 
     def rate(self, a: int, b: int) -> tuple[float, float]:
@@ -144,6 +152,7 @@ class Probe:
                 break
         free = yield from self.window(forever)
         self.windows.append({"kind": "data_free", "steps": free})
+        self.tell(DONE)
         raise ProbeDone
 
     def fits(self, c: dict, appetite: float) -> bool:
@@ -235,11 +244,11 @@ class Probe:
         try:
             loader = build_loader(cand[0], self.data, **self.loader_options(cand))
             stream = EpochStream(loader)
-            yield self.step(next(stream))
+            yield self.step(next(stream), cand)
             first = time.perf_counter() - t0
             for _ in range(self.cfg.loader_warmup - 1):
-                yield self.step(next(stream))
-            a, b = yield from self.window(stream)
+                yield self.step(next(stream), cand)
+            a, b = yield from self.window(stream, cand)
         except Exception as e:  # recorded in the probe's summary; the next candidate is tried
             self.failed.append({"config": cand, "error": f"{type(e).__name__}: {e}"})
             self.echo(f"confirm {_label(cand)}: failed ({type(e).__name__}: {str(e)[:200]})")
@@ -252,9 +261,24 @@ class Probe:
         self.echo(f"confirm {_label(cand)}: {got[0]:,.0f} samples/s in the training loop, {got[1]:.2%} starvation")
         return got
 
+    def figures(self, timer, monitor, windows: list[dict]) -> list[dict]:
+        """This process's figures of each window, from its own step timer and resource monitor (as a bench record's)."""
+        out = []
+        for w in windows:
+            a, b = w["steps"]
+            s = timer.summary(skip=a, stop=b)
+            figures = {"samples_per_s": self.key["batch_size"] * s.steps / s.wall_s, "starvation": s.to_dict(),
+                       "first_batch_s": w.get("first_batch_s", 0.0)}  # fmt: skip
+            figures |= monitor.figures(*timer.window(a, b))
+            if figures.get("cpu_cores") is not None:
+                figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
+            out.append(figures)
+        return out
+
     def loader_options(self, cand: tuple) -> dict:
         workers, pin = cand[1] or 0, bool(cand[2])
-        return dict(batch_size=self.key["batch_size"], workers=workers, pin_memory=pin, device=self.key["device"])
+        return dict(batch_size=self.key["batch_size"], workers=workers, pin_memory=pin, device=self.key["device"],
+                    **self.shard)  # fmt: skip
 
 
 def _label(cand: tuple) -> str:

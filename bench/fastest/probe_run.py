@@ -11,6 +11,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,30 +28,27 @@ def job_of(data: Path, key: dict, grid: str, **kind):
     return Job(**({"workers": None, "pin_memory": None, "steps": 0, "warmup": 0} | fixed | kind))
 
 
-def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path) -> dict:
-    """One bench record per window (data-free r0 and r1, each confirmed candidate), the summary, then finalize."""
+def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path,
+                  figures: list[dict] | None = None, nproc: int = 1) -> dict:  # fmt: skip
+    """One bench record per window (data-free r0 and r1, each confirmed candidate), the summary, then finalize.
+    `figures`: each window's, merged over the ranks under several (else this process's own)."""
     out.mkdir(parents=True, exist_ok=True)
     run = run_record(probe.key["device"]) | {"command": "train --loader fastest (in-process probe)"}
     data_rec = {"path": str(Path(data).resolve()), "digest": manifest["digest"]["total"], "kind": manifest["kind"],
                 "count": manifest["count"]}  # fmt: skip
-    for n, w in enumerate(probe.windows):
+    figures = figures or probe.figures(probe.timer, probe.monitor, probe.windows)
+    for n, (w, fig) in enumerate(zip(probe.windows, figures)):
         a, b = w["steps"]
         backend, workers, pin = w.get("config", (None, None, None))
         repeat = sum(v["kind"] == w["kind"] and v.get("config") == w.get("config") for v in probe.windows[:n])
         job = job_of(data, probe.key, grid, kind=w["kind"], backend=backend, workers=workers, pin_memory=pin,
-                   steps=b - a, warmup=a, repeat=repeat)  # fmt: skip
-        s = probe.timer.summary(skip=a, stop=b)
-        figures = {"samples_per_s": job.batch_size * s.steps / s.wall_s, "starvation": s.to_dict(),
-                   "first_batch_s": w.get("first_batch_s", 0.0)}  # fmt: skip
-        figures |= probe.monitor.figures(*probe.timer.window(a, b))
-        if figures.get("cpu_cores") is not None:
-            figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
+                     steps=b - a, warmup=a, repeat=repeat, nproc=nproc)  # fmt: skip
         rec = {"name": f"fastest{grid}-{job.name}", "job": job.to_dict(), "data": data_rec, "run": run,
-               "figures": figures, "probe": f"fastest-probe-{grid}.json"}  # fmt: skip
+               "figures": fig, "probe": f"fastest-probe-{grid}.json"}  # fmt: skip
         write_json_atomic(out / f"{rec['name']}.json", rec)
     probe.times["total_s"] = time.perf_counter() - probe.t0
     summary = {"grid_id": grid, "config": asdict(probe.cfg), "times": probe.times, "ceilings": probe.ceilings,
-               "failed_in_loop": probe.failed,
+               "failed_in_loop": probe.failed, "nproc": nproc,
                "confirmed": sum(w["kind"] == "loader" for w in probe.windows), "run": run}  # fmt: skip
     write_json_atomic(out / f"fastest-probe-{grid}.json", summary)
     finalize(out)
@@ -59,7 +57,7 @@ def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path
 
 @contextlib.contextmanager
 def _alone() -> Iterator[None]:
-    """Under torchrun rank 0 probes while the other ranks wait for its answer: its loop must not join their group."""
+    """Without a group of its own, the probe's loop must not join the ranks of a training that waits for it."""
     saved = os.environ.pop("WORLD_SIZE", None)
     try:
         yield
@@ -69,20 +67,27 @@ def _alone() -> Iterator[None]:
 
 
 def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig | None = None,
-              echo: Callable[[str], None] = print) -> dict:  # fmt: skip
-    """Probe in this process and write the records to `out` (see the module docstring); returns the summary."""
+              echo: Callable[[str], None] = print) -> dict | None:  # fmt: skip
+    """Probe in this process and write the records to `out` (see the module docstring); returns the summary. In a
+    process group of several ranks (together.py) every rank calls this: rank 0 probes and writes, returning the
+    summary, the others follow its steps and return None."""
+    import torch.distributed as dist
+
     from training.config import TrainConfig
     from training.loop import main
 
     from ..grid.monitor import ResourceMonitor
     from ..grid.run_one import build
+    from . import together
 
     cfg = cfg or ProbeConfig.for_device(key["device"])
-    grid = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    ranks = dist.get_world_size() if dist.is_initialized() else 1
+    grid = together.same(datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ"))
     resident = build(job_of(data, key, grid, kind="data_free", backend=None))[0].batch
     gpu_uuid = hardware(key["device"]).get("gpu_uuid")
-    with ResourceMonitor(interval=0.1, gpu_uuid=gpu_uuid) as monitor, _alone():
+    with ResourceMonitor(interval=0.1, gpu_uuid=gpu_uuid) as monitor, _alone() if ranks == 1 else nullcontext():
         probe = Probe(Path(data), manifest, key, cfg, monitor, echo)
+        feed = Feed(probe.run(resident)) if ranks == 1 else together.feed(probe, resident)
         with tempfile.TemporaryDirectory(prefix="gpufeed-fastest-") as run_dir:
             train = TrainConfig(data=Path(data), loader="gpu", model=key["model"], batch_size=key["batch_size"],
                                 steps=2**62, precision=key["precision"], compile=key["compile"], device=key["device"],
@@ -90,13 +95,16 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
                                 out=Path(run_dir))  # fmt: skip
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    stopped = main(train, loader=Feed(probe.run(resident))).stopped_by
+                    stopped = main(train, loader=feed).stopped_by
             except ProbeDone:
                 stopped = None
+        figures = None if ranks == 1 else together.merged_figures(probe, monitor)
     if stopped:
         raise KeyboardInterrupt(f"{stopped} while `fastest` measured; nothing was written")
 
-    summary = write_records(probe, Path(data), manifest, grid, out)
+    summary = None
+    if figures is not None or ranks == 1:  # rank 0 writes (under several ranks, the figures merged on it)
+        summary = write_records(probe, Path(data), manifest, grid, out, figures, ranks)
     _release(key["device"])
     return summary
 

@@ -45,6 +45,7 @@ class Job:
     # measured where it appears, N processes sharing the host (bench.grid.ranks)
     nproc: int = 1
     vae: str | None = None  # pixel or clip data: the autoencoder that encodes every batch in the step (train --vae)
+    grad_sync: str = "ddp"  # under nproc > 1: how the ranks average gradients (train --grad-sync)
 
     @property
     def name(self) -> str:
@@ -56,6 +57,8 @@ class Job:
             tail = f"np{self.nproc}-{tail}"
         if self.vae:
             tail += "-vae"
+        if self.nproc > 1 and self.grad_sync != "ddp":  # DDP as shipped keeps the names results had before
+            tail += f"-{self.grad_sync}"
         if not self.device.startswith("cuda"):
             tail += f"-{self.device.split(':')[0]}"
         if self.kind == "data_free":
@@ -110,6 +113,7 @@ def expand(
     nprocs: tuple[int, ...] = (1,),
     global_batch: int | None = None,
     vae: str | None = None,
+    grad_sync: str = "ddp",
 ) -> list[Job]:
     """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
     complete grid at fewer repeats rather than some configurations without any). A loader-only grid (model none)
@@ -127,6 +131,7 @@ def expand(
         grid_id=grid_id,
         precision=precision,
         vae=vae,
+        grad_sync=grad_sync,
     )
     jobs: list[Job] = []
     for r in range(repeats):

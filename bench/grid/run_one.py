@@ -122,6 +122,7 @@ def train(loader, job: Job) -> dict:
             progress=False,
             out=Path(run_dir),
             vae=job.vae,
+            grad_sync=job.grad_sync,
         )
         summary = main(cfg, loader=loader).to_dict()
     if summary["stopped_by"]:  # Ctrl-C or SIGTERM cut the run short: its figures are not a measurement

@@ -55,6 +55,7 @@ class GridConfig:
     timeout_s: float | None = None
     progress: bool = True
     vae: str | None = None  # pixel or clip data: encode every batch in the step (train --vae), the online baseline
+    grad_sync: str = "ddp"  # under nproc > 1: how the ranks average gradients (train --grad-sync)
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
     def jobs(self, grid_id: str = "") -> list[Job]:
@@ -77,6 +78,7 @@ class GridConfig:
             nprocs=self.nproc,
             global_batch=self.global_batch,
             vae=self.vae,
+            grad_sync=self.grad_sync,
         )
 
 

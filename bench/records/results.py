@@ -19,7 +19,8 @@ from dataprep.text import printable
 from .env import write_json_atomic
 from .thresholds import BEHIND, HIGHLY, INPUT_BOUND, NOISE, UNEXPLAINED
 
-SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc")  # cpus: per rank
+# cpus: per rank; grad_sync: how the ranks average gradients (DDP as shipped where a record predates the knob)
+SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc", "grad_sync")
 KNOBS = ("backend", "workers", "pin_memory")
 CSV_COLUMNS = [
     "name",
@@ -30,6 +31,7 @@ CSV_COLUMNS = [
     "pin_memory",
     "batch_size",
     "nproc",
+    "grad_sync",
     "model",
     "cpus",
     "device",
@@ -50,6 +52,10 @@ CSV_COLUMNS = [
     "host_behind",
     "starvation_max",
     "host_behind_max",
+    "starvation_any",
+    "waited_on_rank",
+    "waited_on_share",
+    "starvation_explains",
     "data_free_host_behind",
     "first_batch_s",
     "cpu_cores",
@@ -96,6 +102,7 @@ def flat(rec: dict) -> dict:
     row = {k: j.get(k) for k in CSV_COLUMNS if k in j} | {"name": rec["name"], "error": rec.get("error", "")}
     row["device"] = str(j["device"]).split(":")[0]
     row["nproc"] = j.get("nproc") or 1  # absent before ranks were a knob
+    row["grad_sync"] = j.get("grad_sync") or "ddp"  # absent before it was a knob: DDP as shipped
     row["digest"] = rec.get("data", {}).get("digest", "")
     row |= {k: f.get(k) for k in CSV_COLUMNS if k in f and not isinstance(f.get(k), dict)}
     if isinstance(f.get("starvation"), dict):
@@ -109,6 +116,10 @@ def flat(rec: dict) -> dict:
             "host_behind": s.get("host_behind"),  # absent before commit 9f61c13
             "starvation_max": s.get("starvation_max"),  # the worst rank (under nproc > 1)
             "host_behind_max": s.get("host_behind_max"),
+            # under nproc > 1: the share of the span some rank waited for input, every rank held by it (and which)
+            "starvation_any": s.get("starvation_any"),
+            "waited_on_rank": s.get("waited_on_rank"),
+            "waited_on_share": s.get("waited_on_share"),
         }
     if "starvation" in f.get("crosscheck", {}):
         row |= {
@@ -140,6 +151,8 @@ def group(rows: list[dict]) -> list[dict]:
             "host_behind",
             "starvation_max",
             "host_behind_max",
+            "starvation_any",
+            "waited_on_share",
             "data_free_host_behind",
             "first_batch_s",
             "cpu_cores",
@@ -157,10 +170,34 @@ def group(rows: list[dict]) -> list[dict]:
         g["samples_per_s_min"], g["samples_per_s_max"] = min(rates), max(rates)
         g["grid_id"] = max(r.get("grid_id") or "" for r in runs)
         g["fed_model"] = runs[0].get("fed_model")
+        ranks = [r["waited_on_rank"] for r in runs if r.get("waited_on_rank") is not None]
+        g["waited_on_rank"] = max(set(ranks), key=ranks.count) if ranks else None
+        g["starvation_explains"] = explained(g)
         out.append(g)
     for g in out:
         g["verdict"] = verdict(g, [o for o in out if all(o[k] == g[k] for k in SCENARIO)])
     return sorted(out, key=lambda g: tuple(str(g[k]) for k in SCENARIO + KNOBS))
+
+
+def explained(g: dict) -> float | None:
+    """How much of the rate lost against the data-free rate (1 - vs_data_free) the time some rank waited for its
+    input accounts for, under several ranks; None where nothing was lost beyond NOISE or a figure is missing."""
+    any_rank, ratio = g.get("starvation_any"), g.get("vs_data_free")
+    if any_rank is None or ratio is None or 1 - ratio <= NOISE:
+        return None
+    return any_rank / (1 - ratio)
+
+
+def _ranks_waited(g: dict) -> str:
+    """Under several ranks, who made the others wait and how much of the lost rate that explains; else nothing."""
+    if g.get("starvation_any") is None or g.get("waited_on_rank") is None or g["starvation_any"] < NOISE / 2:
+        return ""  # under 1% of the time: nobody was held long enough to name
+    rank, share = g["waited_on_rank"], g["waited_on_share"]
+    text = (f"; under {g['nproc']} ranks some rank waited for input {g['starvation_any']:.1%} of the time, holding "
+            f"every rank at the all-reduce (rank {rank}: {share:.0%} of that)")  # fmt: skip
+    if g.get("starvation_explains") is not None:
+        text += f", {g['starvation_explains']:.0%} of the rate lost against the data-free rate"
+    return text
 
 
 def _label(g: dict) -> str:
@@ -199,6 +236,7 @@ def verdict(g: dict, peers: list[dict]) -> str:
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
         who = "GPU idle" if g["device"] == "cuda" else "training blocked"
         head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
+        head += _ranks_waited(g)
         behind, ratio = g.get("host_behind"), g.get("vs_data_free")
         unexplained = ratio is not None and (1 - ratio) - s > UNEXPLAINED
         if s <= INPUT_BOUND and unexplained and behind is not None and behind >= BEHIND:

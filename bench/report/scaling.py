@@ -16,7 +16,7 @@ from dataprep.paths import RESULTS, inside
 
 from .plots import plot_family
 
-COMMON = ("digest", "device", "model", "precision", "compile")
+COMMON = ("digest", "device", "model", "precision", "compile", "grad_sync")
 
 
 def families(groups: list[dict], free: list[dict]) -> list[tuple[str, int, dict]]:
@@ -55,10 +55,13 @@ def scaling_section(groups: list[dict], rows: list[dict], results_dir: Path) -> 
         key = family.pop("_key")
         counts = sorted({n for line in family.values() for n in line})
         what = f"{batch} per GPU" if mode == "weak" else f"global batch {batch}"
-        title = f"{mode.capitalize()} scaling: {key['model']}, {what}, {key['device']}, {key['precision']}" + (
-            ", compiled" if key["compile"] else ""
+        title = (
+            f"{mode.capitalize()} scaling: {key['model']}, {what}, {key['device']}, {key['precision']}"
+            + (", compiled" if key["compile"] else "")
+            + (f", --grad-sync {key['grad_sync']}" if key["grad_sync"] != "ddp" else "")
         )
-        name = f"plot-scaling-{mode}-{key['model']}-b{batch}.png"  # the model comes from the records
+        sync = f"-{key['grad_sync']}" if key["grad_sync"] != "ddp" else ""
+        name = f"plot-scaling-{mode}-{key['model']}-b{batch}{sync}.png"  # the model comes from the records
         png = plot_family(title, family, inside(results_dir, name, source=results_dir, **RESULTS))
         lines += [f"## {title}", "", "samples/s over all ranks (speed-up over the fewest, share of N-fold):", ""]
         unit = "GPU" if key["device"] == "cuda" else "rank"

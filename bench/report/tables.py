@@ -57,6 +57,13 @@ def _headroom(g: dict) -> str:
     return "–" if g.get("headroom") is None else f"{g['headroom']:,.1f}× {g['fed_model']}"
 
 
+def _waited_on(g: dict) -> str:
+    """Under several ranks: the rank whose input the others waited for most, and its part of that waiting."""
+    if g.get("waited_on_rank") is None:
+        return "–"
+    return f"rank {g['waited_on_rank']} ({g['waited_on_share']:.0%})"
+
+
 # (header, alignment, cell, mode): "loop" only in the training loop, "alone" only for the loader alone (model none),
 # where starvation and the host's lag mean nothing (a trivial consumer never waits on a device) and the answer is the
 # headroom over what the preset eats here
@@ -72,6 +79,9 @@ COLUMNS = [
     ("host behind", "--:", lambda g: _fmt(g["host_behind"], ".0%"), "loop"),
     ("worst rank starvation", "--:", lambda g: _fmt(g.get("starvation_max"), ".1%"), "ranks"),
     ("worst rank host behind", "--:", lambda g: _fmt(g.get("host_behind_max"), ".0%"), "ranks"),
+    ("some rank starved", "--:", lambda g: _fmt(g.get("starvation_any"), ".1%"), "ranks"),
+    ("made the others wait", "--:", _waited_on, "ranks"),
+    ("of the lost rate", "--:", lambda g: _fmt(g.get("starvation_explains"), ".0%"), "ranks"),
     ("first batch s", "--:", lambda g: _fmt(g["first_batch_s"], ".2f"), "both"),
     ("CPU cores", "--:", lambda g: _fmt(g["cpu_cores"], ".1f"), "both"),
     ("CPU s / 1k samples", "--:", lambda g: _fmt(g["cpu_s_per_1k_samples"], ".2f"), "both"),

@@ -149,13 +149,21 @@ class LatentEncoder:
         """Queue the GPU's work for this rank's batches of the chunk, and their copy back into pinned memory; return
         before it is done. Under torchrun rank r encodes batches r, r + world, ..."""
         t0, bs = time.perf_counter(), self.batch_size
-        mine = {s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
-                for k, s in enumerate(range(0, len(chunk), bs)) if k % self.world == self.rank}  # fmt: skip
-        done = None
-        if self.device.type == "cuda":
-            done = torch.cuda.Event()
-            done.record()
+        with self._current():
+            mine = {s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
+                    for k, s in enumerate(range(0, len(chunk), bs)) if k % self.world == self.rank}  # fmt: skip
+            done = None
+            if self.device.type == "cuda":
+                done = torch.cuda.Event()
+                done.record()
         return _Queued(chunk, mine, done, t0)
+
+    def _current(self):
+        """The encoder's GPU as the current device of the calling thread. CUDA's current device is per thread, and
+        `stream` works in a thread of its own, where it is cuda:0 whatever the main thread set: there, under torchrun,
+        every rank's streams, events, graph captures and NCCL's object collectives went to cuda:0 ("Duplicate GPU
+        detected", every capture failing, events that waited for nothing)."""
+        return torch.cuda.device(self.device) if self.device.type == "cuda" else nullcontext()
 
     def collect(self, q: _Queued) -> Chunk:
         """The queued chunk's latents, once the GPU is done with them; under torchrun every rank gets all."""
@@ -166,7 +174,8 @@ class LatentEncoder:
         mine = {s: (v.numpy(), ok.numpy()) for s, (v, ok) in q.latents.items()}
         if self.world > 1:
             parts: list = [None] * self.world
-            torch.distributed.all_gather_object(parts, mine)
+            with self._current():  # NCCL gathers the pickled objects on the current device
+                torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
         starts = range(0, len(q.chunk), self.batch_size)
         finite = np.concatenate([mine[s][1] for s in starts])

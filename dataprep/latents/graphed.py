@@ -31,6 +31,10 @@ class GraphedMoments:
         self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, that shape runs eagerly
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.cuda.device(x.device):  # the capture's stream and pool on x's GPU, whatever this thread's device is
+            return self._call(x)
+
+    def _call(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         key = (tuple(x.shape), x.dtype, x.stride())
         if key not in self.graphs:
             try:

@@ -1,0 +1,217 @@
+"""Finding 7's numbers from what bench/studies/scaling.sh measured: one markdown summary (and its JSON) of a results
+tree, and where a step's time goes in `train --profile` traces of 1 and N ranks.
+
+    python -m bench.studies.scaling summary RESULTS      # RESULTS/summary.md and summary.json
+    python -m bench.studies.scaling traces RESULTS/traces   # the per-step breakdown of every trace.json below it
+
+Rates are samples/s over all ranks, each run's own (bench records: the sum over ranks of each rank's measured steps);
+speed-ups are against the 1-GPU data-free rate of the same model, batch, cores and compile setting in the same tree
+(one host, one call or the calls of one warm machine). A trace's breakdown, per profiled step on the GPU: its span
+(first kernel's start to last kernel's end, over the steps), the time some kernel ran, NCCL's kernels and the part of
+them no other kernel overlapped (exposed all-reduce), the idle time, and on the host the CUDA graph launches and
+kernel launches per step (graph splits show as more graph launches; eager pieces as kernel launches)."""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..grid.crosscheck import GPU_CATS, load_trace
+from ..records.results import flat, load_records
+
+
+def rows(results: Path) -> list[dict]:
+    """Every bench record under `results` (one directory per grid), flattened, failed runs left out."""
+    out = []
+    for d in sorted({p.parent for p in Path(results).rglob("*.json")}):
+        out += [flat(r) | {"grid": d.name, "weights_equal": _equal(r)} for r in load_records(d)]
+    return [r for r in out if not r["error"] and r.get("samples_per_s")]
+
+
+def _equal(rec: dict) -> bool | None:
+    """Whether every rank ended with the same weights (their parameter checksums), where the record has ranks."""
+    sums = [x.get("param_checksum") for x in rec.get("figures", {}).get("ranks", [])]
+    return len(set(sums)) == 1 if len(sums) > 1 else None
+
+
+def weak_table(rs: list[dict]) -> list[str]:
+    """Data-free rate against GPUs, per model, batch per GPU, cores per rank and grad_sync, with the speed-up over the
+    same setting's 1-GPU rate (one GPU trains without any gradient sync, so every grad_sync shares it)."""
+    free = [r for r in rs if r["kind"] == "data_free"]
+    one = {(r["model"], r["batch_size"], r["cpus"], r["compile"]): r["samples_per_s"] for r in free if r["nproc"] == 1}
+    lines = ["| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold | ranks' "
+             "weights equal |", "|---|--:|--:|---|--:|--:|--:|--:|---|"]  # fmt: skip
+    for r in sorted(free, key=lambda r: (r["model"], r["batch_size"], str(r["cpus"]), r["grad_sync"], r["nproc"])):
+        base = one.get((r["model"], r["batch_size"], r["cpus"], r["compile"]))
+        up = r["samples_per_s"] / base if base else None
+        sync = r["grad_sync"] if r["nproc"] > 1 else "–"
+        cells = [r["model"], r["batch_size"], r["cpus"] or "all", sync, r["nproc"], f"{r['samples_per_s']:,.0f}",
+                 _f(up, ".2f", "×"), _f(up and up / r["nproc"], ".1%"),
+                 {None: "–", True: "yes", False: "NO"}[r["weights_equal"]]]  # fmt: skip
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
+def strong_table(rs: list[dict]) -> list[str]:
+    """Data-free rate at a fixed global batch (batch per GPU x GPUs), against the 1-GPU rate at that whole batch, for
+    each global batch measured on one GPU and on more."""
+    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] == "ddp"]
+    groups: dict[tuple, dict[int, dict]] = defaultdict(dict)
+    for r in free:
+        groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"])][r["nproc"]] = r
+    lines = ["| model | global batch | cores per rank | GPUs | batch per GPU | samples/s | speed-up |",
+             "|---|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+    for (model, total, cpus, _), by_n in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if 1 not in by_n or len(by_n) < 2:
+            continue
+        for n, r in sorted(by_n.items()):
+            up = r["samples_per_s"] / by_n[1]["samples_per_s"]
+            lines.append(f"| {model} | {total} | {cpus or 'all'} | {n} | {r['batch_size']} | "
+                         f"{r['samples_per_s']:,.0f} | {up:.2f}× |")  # fmt: skip
+    return lines
+
+
+def loader_table(rs: list[dict]) -> list[str]:
+    """Each loader run against the data-free rate of its own rank count, with who made the others wait."""
+    lines = ["| model | GPUs | cores per rank | loader | samples/s | of data-free | starvation (mean) | some rank "
+             "starved | made the others wait | of the lost rate |",
+             "|---|--:|--:|---|--:|--:|--:|--:|---|--:|"]  # fmt: skip
+    for r in sorted((r for r in rs if r["kind"] == "loader"), key=lambda r: (r["model"], r["nproc"], r["backend"])):
+        who = f"rank {r['waited_on_rank']} ({r['waited_on_share']:.0%})" if r.get("waited_on_rank") is not None else "–"
+        lost = 1 - r["vs_data_free"] if r.get("vs_data_free") else None
+        explains = r["starvation_any"] / lost if r.get("starvation_any") is not None and lost and lost > 0 else None
+        loader = r["backend"] + ("" if r["workers"] is None else f", {r['workers']} workers")
+        cells = [r["model"], r["nproc"], r["cpus"] or "all", loader, f"{r['samples_per_s']:,.0f}",
+                 _f(r.get("vs_data_free"), ".1%"), _f(r["starvation"], ".2%"), _f(r.get("starvation_any"), ".2%"),
+                 who, _f(explains, ".0%")]  # fmt: skip
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
+def _f(v, spec: str, unit: str = "") -> str:
+    return "–" if v is None else format(v, spec) + unit
+
+
+def busy(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals, as disjoint sorted intervals."""
+    out: list[list[float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def overlap(xs: list[tuple[float, float]], ys: list[tuple[float, float]]) -> float:
+    """Total length of the intersection of two disjoint sorted interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        a, b = max(xs[i][0], ys[j][0]), min(xs[i][1], ys[j][1])
+        total += max(0.0, b - a)
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def trace_breakdown(path: Path, steps: int) -> dict:
+    """Per profiled step (ms): GPU span, busy, idle, NCCL's kernel time and its exposed part; graph and kernel
+    launches."""
+    events = load_trace(path)
+    gpu = [e for e in events if e.get("ph") == "X" and e.get("cat") in GPU_CATS]
+    nccl = busy([(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu if "nccl" in e["name"].lower()])
+    other = busy([(e["ts"], e["ts"] + e.get("dur", 0)) for e in gpu if "nccl" not in e["name"].lower()])
+    every = busy(nccl + other)
+    span = (every[-1][1] - every[0][0]) if every else 0.0
+    launches: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            launches[e["name"]] += 1
+    per = lambda us: round(us / 1e3 / steps, 3)  # noqa: E731
+    nccl_us = sum(b - a for a, b in nccl)
+    return {
+        "span_ms": per(span),
+        "busy_ms": per(sum(b - a for a, b in every)),
+        "idle_ms": per(span - sum(b - a for a, b in every)),
+        "nccl_ms": per(nccl_us),
+        "nccl_exposed_ms": per(nccl_us - overlap(nccl, other)),
+        "graph_launches": launches.get("cudaGraphLaunch", 0) / steps,
+        "kernel_launches": sum(n for k, n in launches.items() if "LaunchKernel" in k) / steps,
+        "memcpy_ms": per(sum(e.get("dur", 0) for e in gpu if e.get("cat") == "gpu_memcpy")),
+    }
+
+
+def traces(root: Path, steps: int) -> list[dict]:
+    """The breakdown of every RUN/profile/[rankN/]trace.json(.gz) under `root`, one row per rank."""
+    out = []
+    for path in sorted(Path(root).rglob("trace.json*")):
+        ranked = path.parent.name.startswith("rank")  # RUN/profile/rankN/ under torchrun, RUN/profile/ alone
+        rank, run = (path.parent.name, path.parents[2].name) if ranked else ("rank0", path.parents[1].name)
+        out.append({"run": run, "rank": rank, "trace": str(path.relative_to(root))} | trace_breakdown(path, steps))
+    return out
+
+
+def trace_table(found: list[dict]) -> list[str]:
+    keys = ("span_ms", "busy_ms", "idle_ms", "nccl_ms", "nccl_exposed_ms", "graph_launches", "kernel_launches")
+    lines = ["| run | rank | " + " | ".join(keys) + " |", "|---|---|" + "--:|" * len(keys)]
+    for t in found:
+        lines.append(f"| {t['run']} | {t['rank']} | " + " | ".join(f"{t[k]:g}" for k in keys) + " |")
+    return lines
+
+
+def tests_table(root: Path) -> list[str]:
+    lines = []
+    for path in sorted(Path(root).rglob("gputest/*.json")):
+        lines += [f"- `{path.stem}`: `{json.dumps(json.loads(path.read_text()))[:600]}`"]
+    return lines
+
+
+def summary(results: Path, steps: int) -> dict:
+    rs = rows(results)
+    found = traces(results / "traces", steps) if (results / "traces").is_dir() else []
+    md = ["# Several GPUs: what bench/studies/scaling.sh measured", "", "## Data-free rate against GPUs", ""]
+    md += weak_table(rs) + ["", "## Strong scaling: one global batch over more GPUs", ""] + strong_table(rs)
+    md += ["", "## Loaders against the data-free rate of their rank count", ""] + loader_table(rs)
+    md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
+    md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
+    (results / "summary.md").write_text("\n".join(md) + "\n")
+    rates = [{k: r.get(k) for k in ("grid", "name", "kind", "model", "batch_size", "nproc", "cpus", "grad_sync",
+                                    "backend", "workers", "samples_per_s", "vs_data_free", "starvation",
+                                    "starvation_any", "waited_on_rank", "waited_on_share", "weights_equal")}
+             for r in rs]  # fmt: skip
+    record = {"runs": rates, "traces": found}
+    (results / "summary.json").write_text(json.dumps(record, indent=1))
+    print("\n".join(md))
+    return record
+
+
+def compress_traces(root: Path) -> None:
+    """gzip every trace.json under `root` in place (the archive that comes back is small)."""
+    for path in Path(root).rglob("trace.json"):
+        with open(path, "rb") as f, gzip.open(f"{path}.gz", "wb") as g:
+            g.write(f.read())
+        path.unlink()
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("summary", "traces", "gzip"))
+    p.add_argument("root", type=Path)
+    p.add_argument("--profile-steps", type=int, default=5, help="steps each trace holds (TrainConfig.profile_steps)")
+    a = p.parse_args(argv)
+    if a.what == "summary":
+        summary(a.root, a.profile_steps)
+    elif a.what == "traces":
+        print("\n".join(trace_table(traces(a.root, a.profile_steps))))
+    else:
+        compress_traces(a.root)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Finding 7 of docs/BENCHMARKS.md: several GPUs of one host (4; a 2-GPU host runs the 1- and 2-GPU parts), in calls of
+# at most 9 minutes of wall time. Run the three calls back to back on one warm machine: the torch.compile caches and
+# the results live in /tmp there, and the later calls resume what the earlier ones measured.
+#
+#   bash bench/studies/scaling.sh call1   # ~8 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
+#                                         # with today's DDP, then --grad-sync flat and ddp-nosplit at 2/4
+#   bash bench/studies/scaling.sh call2   # ~8.5 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
+#                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
+#                                         # flat), profiler traces of 1 and 4 ranks (DDP)
+#   bash bench/studies/scaling.sh call3   # ~9 min, if the budget allows: the gpu and hdf5 loaders at 4 cores per rank
+#                                         # on 2/4 GPUs beside the data-free rate pinned the same way (per-rank
+#                                         # affinity against none), strong scaling at a global batch of 512, a trace
+#                                         # of flat on 4, ddp-bucket100 on 4
+# or any steps by name: prep weak candidates gputest dit traces loaders strong bucket summary. Each call first
+# resumes what an earlier one left (a finished grid is skipped in seconds).
+# A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
+#
+# Everything goes to $GPUFEED_RESULTS (default /tmp/gpufeed-scaling): one directory per grid (bench's raw JSON per
+# configuration and rank count, results.md/csv, plots), gputest/ (pytest's output and what each test measured),
+# traces/ (each run's profile/rankN/trace.json.gz, ops.md), summary.md and summary.json (python -m bench.studies.scaling
+# summary). At the end of every call, and every minute while it runs, all of it is archived to ONE file,
+# $OUT/scaling.tgz (well under the 16 MiB a returned file may have: traces are 5 steps each and gzipped).
+#
+# Carry, on every call (a machine that went cold between calls starts over from them): .devdata/cifar10-jpg.tar.gz
+# (the CIFAR-10 JPEGs, 20 MB) and .whl/ (the diffusers and importlib_metadata wheels, 6 MB: the convert --vae test and
+# the synthetic latents need diffusers).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+R=${GPUFEED_RESULTS:-/tmp/gpufeed-scaling}
+D=${GPUFEED_DATA:-/tmp/gpufeed-scaling-data}
+MINUTES=${GPUFEED_MINUTES:-8.5}  # of the 10 a command may run: the archive and a run that overran its estimate
+STEPS=${SCALING_STEPS:-100}   # measured steps per run: 2 s of ddpm_cifar10 at ~20 ms a step
+WARMUP=${SCALING_WARMUP:-30}  # left out: compile, CUDA-graph capture (cudagraph trees record on the 2nd-3rd call)
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
+export GPUFEED_COMPILE_CACHE=${GPUFEED_COMPILE_CACHE:-/tmp/gpufeed-compile}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+PY=${PY:-python3}
+# the models and sizes of the finding; SCALING_DRY=1 runs the same steps on the CPU in a few minutes (gloo, 2 ranks,
+# the tiny presets, a few steps), to try the script where there is no GPU
+DEV=cuda COMPILE=--compile M_CIFAR=ddpm_cifar10 B_CIFAR=128 M_DIT=dit_b2 B_DIT=256 GLOBAL=512 CPUS=4 WORKERS=3
+LIMIT=() GPUS=
+if [ "${SCALING_DRY:-0}" = 1 ]; then
+  DEV=cpu COMPILE=--no-compile M_CIFAR=tiny B_CIFAR=8 M_DIT=dit_tiny B_DIT=8 GLOBAL=32 CPUS=1 WORKERS=0 GPUS=2
+  STEPS=3 WARMUP=1 LIMIT=(--limit 512)
+fi
+mkdir -p "$OUT" "$R" "$D"
+START=$(date +%s)
+GPUS=${GPUS:-$($PY -c "import torch; print(min(4, torch.cuda.device_count()))")}
+ALL=$( [ "$GPUS" -ge 4 ] && echo 1,2,4 || echo 1,2 )      # rank counts this host runs
+MANY=$( [ "$GPUS" -ge 4 ] && echo 2,4 || echo 2 )
+TOP=$( [ "$GPUS" -ge 4 ] && echo 4 || echo 2 )
+
+left() { $PY -c "print(f'{$MINUTES - ($(date +%s) - $START) / 60 - 0.3:.2f}')"; }  # minutes, less the archive's
+enough() { $PY -c "import sys; sys.exit(float('$(left)') < ${1:-1.0})"; }
+archive() { tar czf "$OUT/.scaling.tgz" -C "$R" . 2>/dev/null && mv "$OUT/.scaling.tgz" "$OUT/scaling.tgz"; }
+( while sleep 60; do archive; done ) &
+TICKER=$!
+trap 'kill $TICKER 2>/dev/null; archive' EXIT
+
+wheels() {  # diffusers for --vae: the wheels carried in .whl (README of the device: pip install --target)
+  $PY -c "import diffusers" 2>/dev/null && return
+  [ -d .whl ] || { echo "no .whl/: carry the diffusers and importlib_metadata wheels for this step" >&2; return 1; }
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+}
+
+prep() {  # CIFAR-10 train, 50,000 JPEGs -> hdf5 (the gpu and hdf5 loaders both read it); the host's facts
+  mkdir -p "$R/host" ../shared/datasets
+  [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp .devdata/cifar10-jpg.tar.gz ../shared/datasets/  # the tests'
+  if [ ! -f "$D/cifar10/manifest.json" ]; then
+    [ -d "$D/raw" ] || { mkdir -p "$D/raw" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$D/raw"; }
+    $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" --format hdf5 --quiet "${LIMIT[@]}"
+  fi
+  [ -f "$R/host/versions.txt" ] && return
+  nvidia-smi topo -m > "$R/host/topo.txt" 2>&1; nvidia-smi -q > "$R/host/nvidia-smi.txt" 2>&1
+  $PY -c "import torch, os; c = torch.cuda.is_available(); print(torch.__version__, torch.version.cuda, \
+c and torch.cuda.nccl.version(), c and torch.cuda.get_device_name(0), torch.cuda.device_count(), \
+len(os.sched_getaffinity(0)))" > "$R/host/versions.txt"
+}
+
+grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, within the call's minutes
+  local name=$1 data=$2 status=0 log
+  shift 2
+  enough 0.8 || { echo "$name: NOT complete (no minutes left in this call)"; return; }
+  log=$(mktemp)
+  $PY -m bench loaders --data "$data" --device $DEV $COMPILE --precision bf16 --steps "$STEPS" --warmup "$WARMUP" \
+    --repeats 1 --resume --no-progress --time-limit "$(left)" --out "$R/$name" "$@" 2>&1 | tee "$log" \
+    || status=$?
+  cat "$log" >> "$R/$name.log"
+  grep -q "configurations not started" "$log" && status=1
+  [ $status = 0 ] && echo "$name: complete" || echo "$name: NOT complete (status $status): repeat this call"
+}
+
+CIFAR=(--model $M_CIFAR --batch-size $B_CIFAR --backends none)
+weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
+  grid weak-ddp "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL"
+}
+candidates() {  # the ways that keep the compiled step whole: one flat all-reduce; DDP without Dynamo's split
+  grid weak-flat "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync flat
+  grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync ddp-nosplit
+}
+bucket() {
+  grid weak-bucket100 "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-bucket100
+}
+
+latents() {  # 2,048 synthetic 32 px images through a tiny autoencoder that does not downsample: 4x32x32 latents,
+  [ -f "$D/latents/manifest.json" ] && return  # DiT-B/2's input at 256 px (the SD VAE's), without its encoder's cost
+  wheels || return 1
+  $PY - "$D/vae" <<'EOF'
+import sys
+from diffusers import AutoencoderKL
+AutoencoderKL(in_channels=3, out_channels=3, down_block_types=("DownEncoderBlock2D",),
+              up_block_types=("UpDecoderBlock2D",), block_out_channels=(32,), latent_channels=4, layers_per_block=1,
+              norm_num_groups=8, sample_size=32).save_pretrained(sys.argv[1])
+EOF
+  $PY -m dataprep convert --source synthetic-images --limit 2048 --vae "$D/vae" --format hdf5 --output "$D/latents" \
+    --quiet
+}
+dit() {
+  latents || { echo "dit: NOT complete (no latents: diffusers missing)"; return; }
+  grid dit-ddp "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP"
+  grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
+}
+
+gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL (every --grad-sync compiled on
+  # 2 GPUs is tests/test_ranks_gpu.py's third test: the bench records of each way hold every rank's weights instead)
+  grep -q " passed\| failed" "$R/gputest/pytest.txt" 2>/dev/null && { echo "gputest: ran in an earlier call"; return; }
+  enough 3 || { echo "gputest: NOT complete (under 3 minutes left)"; return; }
+  wheels || echo "gputest: no diffusers: the convert --vae tests skip"
+  mkdir -p "$R/gputest"
+  GPUFEED_TEST_RECORDS="$R/gputest" timeout "$($PY -c "print(int(60 * float('$(left)')))")" \
+    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py -k "convert or killed" 2>&1 \
+    | tee "$R/gputest/pytest.txt"
+}
+
+profiled() {  # profiled NAME NPROC GRAD_SYNC: `train --profile`, 5 steps after the compile, gpu loader (resident)
+  local name=$1 n=$2 sync=$3
+  [ -d "$R/traces/$name/profile" ] && return
+  enough 1.2 || { echo "traces $name: NOT complete"; return; }
+  local run=(-m training --data "$D/cifar10" --loader gpu --model $M_CIFAR --batch-size $B_CIFAR $COMPILE \
+    --steps 60 --timing-warmup 45 --profile --sample-every 0 --ckpt-every 0 --log-every 60 --no-progress \
+    --grad-sync "$sync" --device $DEV --out "$R/traces/$name")  # --profile: 5 steps, 40-44, after the compile
+  mkdir -p "$R/traces"
+  if [ "$n" = 1 ]; then $PY "${run[@]}"; else $PY -m torch.distributed.run --standalone --nproc_per_node "$n" "${run[@]}"; fi \
+    2>&1 | tail -5 | tee "$R/traces/$name.log"
+  rm -f "$R/traces/$name"/ckpt.pt
+  $PY -m bench.studies.scaling gzip "$R/traces/$name"
+}
+traces() {
+  profiled ddp-np1 1 ddp
+  profiled ddp-np$TOP "$TOP" ddp
+}
+
+loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
+  # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
+  grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5 --workers $WORKERS \
+    --pin-memory on --cpus $CPUS --nproc "$MANY"
+}
+strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-ddp's 4-GPU run, resumed, not rerun)
+  grid weak-ddp "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL"
+}
+summary() { $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summary: $R/summary.md"; }
+
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
+for STEP in "$@"; do
+  case $STEP in
+    call1) prep; weak; candidates ;;
+    call2) prep; weak; candidates; gputest; dit; traces ;;  # (what call1 finished is skipped in seconds)
+    call3) prep; weak; candidates; gputest; dit; traces; loaders; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
+    prep|weak|candidates|dit|gputest|traces|loaders|strong|bucket) prep; $STEP ;;
+    summary) ;;
+    *) echo "unknown step $STEP" >&2; exit 2 ;;
+  esac
+  summary
+done

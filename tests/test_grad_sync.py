@@ -1,0 +1,62 @@
+"""`train --grad-sync`: every way of averaging gradients over the ranks trains with the losses of DDP as torch ships
+it, to rounding, and keeps the ranks' weights identical (gloo on the CPU, two ranks under torchrun). Eager here: the
+choices differ in how a compiled step is cut into graphs, which only a GPU can time (bench/studies/scaling.sh)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ranks_helpers import TORCHRUN, Job
+
+from training import config, grad_sync
+
+EVERY_WAY = """
+import json, sys
+import torch.distributed as dist
+from training.config import TrainConfig
+from training.grad_sync import GRAD_SYNCS
+from training.loop import main
+dist.init_process_group("gloo")  # one group for every run: the loop trains in it and leaves it to this script
+out = {}
+for how in GRAD_SYNCS:
+    s = main(TrainConfig(data=sys.argv[1], out=f"{sys.argv[2]}/{how}", loader="hdf5", model=sys.argv[3],
+                         batch_size=8, steps=8, device="cpu", precision="fp32", workers=0, pin_memory=False,
+                         sample_every=0, ckpt_every=0, log_every=1, lr=1e-3, warmup=0, grad_sync=how, progress=False))
+    out[how] = {"losses": s.losses, "checksums": [r["param_checksum"] for r in s.ranks]}
+if dist.get_rank() == 0:
+    print(json.dumps(out))
+dist.destroy_process_group()
+"""
+
+
+def test_the_config_offers_every_way():
+    assert config.GRAD_SYNCS == grad_sync.GRAD_SYNCS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["tiny", "dit_tiny"])
+def test_every_way_trains_as_ddp_does(synthetic_images, image_vae, tmp_path, model):
+    """Eight steps of each way, grad clipping and EMA on: rank 0's losses equal DDP's to 1e-6 relative, and at the
+    end both ranks hold the same weights (their checksums equal exactly) as close to DDP's as rounding allows.
+    dit_tiny trains on latents and has a buffer (its position embedding), which `flat` broadcasts as DDP does."""
+    if model == "dit_tiny":
+        from dataprep.convert import ConvertConfig, convert
+
+        data = tmp_path / "latents"
+        convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), vae=str(image_vae),
+                              device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
+    else:
+        data = synthetic_images(64)
+    script = tmp_path / "every_way.py"
+    script.write_text(EVERY_WAY)
+    job = Job([*TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), str(data), str(tmp_path), model])
+    assert job.proc.wait(timeout=600) == 0, job.stderr[-3000:]
+    runs = json.loads("".join(job.out).strip().splitlines()[-1])
+    ddp = runs.pop("ddp")
+    assert len(ddp["losses"]) == 8 and ddp["checksums"][0] == ddp["checksums"][1]
+    for how, run in runs.items():
+        assert run["losses"] == pytest.approx(ddp["losses"], rel=1e-6), how
+        assert run["checksums"][0] == run["checksums"][1], f"{how}: the ranks' weights differ"
+        assert run["checksums"][0] == pytest.approx(ddp["checksums"][0], rel=1e-6), how
+    print({how: run["losses"][-1] - ddp["losses"][-1] for how, run in runs.items()})

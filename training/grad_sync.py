@@ -1,0 +1,87 @@
+"""How the ranks average their gradients under torchrun (`train --grad-sync`): DDP as torch ships it, or ways that
+keep a compiled step in fewer pieces.
+
+A compiled `ddpm_cifar10` step at batch 128 takes 18-21 ms on an H100 or H200, so what data parallelism adds per step
+shows. Under DDP, Dynamo's DDPOptimizer splits the compiled model at DDP's 25 MB gradient buckets so that each bucket's
+all-reduce overlaps the rest of the backward; with CUDA graphs ("reduce-overhead") each piece is a graph of its own
+and the all-reduces run eagerly between them. The choices:
+
+- `ddp`: that, as torch ships it (the default).
+- `ddp-nosplit`: DDP with Dynamo's DDPOptimizer off: the model compiles as one graph, forward and backward, as on one
+  GPU; DDP's buckets are all-reduced when the backward has produced every gradient, with no overlap.
+- `ddp-bucket100`: DDP with 100 MB buckets whose gradients are views into them (`gradient_as_bucket_view`): fewer
+  pieces, no copy of each gradient into its bucket.
+- `flat`: no DDP wrapper. The model compiles as on one GPU; after the backward, every gradient is copied into one flat
+  buffer, divided by the number of ranks and all-reduced once, then copied back. The same arithmetic as DDP's
+  (each gradient divided, then summed over ranks), in one collective.
+
+Each gives the same losses as `ddp` to rounding (tests/test_grad_sync.py, over gloo); which is fastest is measured on
+GPUs (bench/studies/scaling.sh)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat")  # training.config mirrors these names
+
+
+def wrap(model: torch.nn.Module, how: str, world_size: int) -> tuple[torch.nn.Module, Callable[[], None] | None]:
+    """(the module the step calls, what to call between backward and the optimizer: None where the wrapper has
+    averaged the gradients by the end of backward). A single process trains `model` itself."""
+    if world_size <= 1:
+        return model, None
+    if how not in GRAD_SYNCS:
+        raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNCS)}, not {how!r}")
+    if how == "flat":
+        return model, FlatAllReduce(model, world_size)
+    import torch._dynamo
+
+    # read when the compiled model is first called, so set for every DDP run (one process may train twice)
+    torch._dynamo.config.optimize_ddp = how != "ddp-nosplit"
+    options = {"bucket_cap_mb": 100, "gradient_as_bucket_view": True} if how == "ddp-bucket100" else {}
+    return torch.nn.parallel.DistributedDataParallel(model, **options), None
+
+
+class FlatAllReduce:
+    """Averages every gradient over the ranks with one all-reduce of a flat buffer per dtype. Construction broadcasts
+    rank 0's parameters and buffers, as DDP's does, so every rank starts from the same weights."""
+
+    def __init__(self, model: torch.nn.Module, world_size: int) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.world_size = world_size
+        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        with torch.no_grad():
+            for group in _by_dtype([*model.parameters(), *model.buffers()]).values():
+                flat = torch.cat([t.reshape(-1) for t in group])
+                dist.broadcast(flat, 0)
+                torch._foreach_copy_(group, _views(flat, group))
+
+    @torch.no_grad()
+    def __call__(self) -> None:
+        for p in self.params:
+            if p.grad is None:  # unused this step: DDP's bucket holds zeros for it too
+                p.grad = torch.zeros_like(p)
+        for dtype, params in _by_dtype(self.params).items():
+            grads = [p.grad for p in params]
+            n = sum(g.numel() for g in grads)
+            flat = self.buffers.get(dtype)
+            if flat is None or flat.numel() != n:
+                flat = self.buffers[dtype] = torch.empty(n, dtype=dtype, device=grads[0].device)
+            torch.cat([g.reshape(-1) for g in grads], out=flat)
+            flat.div_(self.world_size)  # before the sum, as DDP divides each bucket
+            dist.all_reduce(flat)
+            torch._foreach_copy_(grads, _views(flat, grads))
+
+
+def _by_dtype(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tensor]]:
+    out: dict[torch.dtype, list[torch.Tensor]] = {}
+    for t in tensors:
+        out.setdefault(t.dtype, []).append(t)
+    return out
+
+
+def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in like]), like)]
