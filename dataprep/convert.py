@@ -242,11 +242,13 @@ def _encode(encoders: dict, block: tuple[Chunk, int]) -> tuple[dict, dict]:
 
 
 def _slice(chunk: Chunk, a: int, b: int) -> Chunk:
-    return Chunk(chunk.x[a:b], chunk.y[a:b], None if chunk.length is None else chunk.length[a:b])
+    text = None if chunk.text is None else chunk.text[a:b]
+    return Chunk(chunk.x[a:b], chunk.y[a:b], None if chunk.length is None else chunk.length[a:b], text=text)
 
 
 def _head(chunk: Chunk, n: int) -> Chunk:
-    return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped)
+    text = None if chunk.text is None else chunk.text[:n]
+    return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped, text)
 
 
 def _meta(source, chunk, spec: AudioSpec, encoder=None) -> DatasetMeta:

@@ -31,6 +31,7 @@ class Chunk:
     y: np.ndarray  # (n,) int64
     length: np.ndarray | None = None  # (n,) int64, audio only: valid samples before zero padding
     skipped: list[dict] = field(default_factory=list)  # [{"path", "error"}] dropped under on_bad_file=skip
+    text: list[str] | None = None  # each sample's caption, where the source has them (only the stream format keeps it)
 
     def __len__(self) -> int:
         return len(self.y)
