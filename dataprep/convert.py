@@ -23,6 +23,7 @@ from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
 from .parallel import available_cores, ordered_map
+from .remote import is_remote
 from .sources import AudioSpec, Chunk, build_source
 from .sources.images import RESIZE_METHOD
 from .timings import Timings
@@ -42,7 +43,7 @@ class ConvertError(Exception):
 
 @dataclass
 class ConvertConfig:
-    output: Path
+    output: Path | str  # a directory, or s3://BUCKET/PREFIX (converted locally, then uploaded)
     input: Path | None = None
     formats: tuple[str, ...] = ("all",)
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
@@ -70,7 +71,33 @@ def convert(cfg: ConvertConfig) -> dict:
     """Convert `cfg.input` into every format in `cfg.formats`; return the manifest (its "timings" say where the
     time went)."""
     with _ranks_group(cfg):
+        if is_remote(cfg.output):
+            return _convert_to_remote(cfg)
         return _convert(cfg)
+
+
+def _convert_to_remote(cfg: ConvertConfig) -> dict:
+    """--output s3://BUCKET/PREFIX: convert into a local staging folder (the system's temporary folder, or
+    $GPUFEED_STAGE), upload it with the manifest last, then remove it. The bucket and an existing dataset are checked
+    first, so a wrong target fails before minutes of conversion."""
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from .remote import S3Url, check_target, upload_dir
+
+    url = S3Url.parse(cfg.output)
+    if _rank() == 0:
+        check_target(url, cfg.overwrite)
+    stage = Path(tempfile.mkdtemp(prefix="gpufeed-upload-", dir=os.environ.get("GPUFEED_STAGE")))
+    try:
+        local = replace(cfg, output=stage / "dataset", command=cfg.command or " ".join([Path(sys.argv[0]).name] + sys.argv[1:]))
+        manifest = _convert(local)
+        if manifest:  # a rank other than 0 under torchrun encoded its share and wrote nothing
+            upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress)
+        return manifest
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _convert(cfg: ConvertConfig) -> dict:

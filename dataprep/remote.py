@@ -118,6 +118,14 @@ def exists(s3, url: S3Url, name: str) -> bool:
         raise explain(e, url, name) from None
 
 
+def check_target(url: S3Url, overwrite: bool) -> None:
+    """Before converting: the bucket is there and, without `overwrite`, holds no dataset at the prefix yet."""
+    s3 = client()
+    require_bucket(s3, url)
+    if not overwrite and exists(s3, url, MANIFEST):
+        raise RemoteError(f"{url}: already holds a dataset (manifest.json); pass --overwrite to replace it")
+
+
 def upload_dir(local: Path, location, overwrite: bool, progress: bool = False) -> None:
     """Every file of a finished prepared directory to `location`, manifest.json last; with `overwrite`, the old
     dataset's manifest goes first (the prefix reads as incomplete while it changes) and its stale objects after."""

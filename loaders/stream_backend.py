@@ -80,6 +80,20 @@ def checking_downloader():
     return CheckingS3Downloader
 
 
+def plain_http_through_boto3() -> None:
+    """LitData fetches shards with obstore when it is installed, and builds obstore's S3 store without `allow_http`:
+    against a plain-http endpoint (SeaweedFS or MinIO on a private network) every GET fails ("BadScheme"). LitData
+    falls back to boto3 in a process it believes forked after obstore started (its `_OBSTORE_INIT_PID`); marking
+    this process so takes that path. Run at import, so DataLoader workers started by spawn or forkserver, which import
+    this module for `collate`, take it too. Without that attribute (another LitData) nothing changes: https works."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    if endpoint.startswith("http://"):
+        import litdata.streaming.downloader as downloader
+
+        if hasattr(downloader, "_OBSTORE_INIT_PID"):
+            downloader._OBSTORE_INIT_PID = -1
+
+
 def _expected_hashes(folder: Path) -> dict:
     for parent in (folder, *folder.parents):
         if (parent / HASHES).is_file():
@@ -93,6 +107,9 @@ def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     y = torch.tensor([it["y"] for it in items], dtype=torch.int64)
     length = torch.tensor([it["length"] for it in items], dtype=torch.int64) if "length" in items[0] else None
     return x, y, length
+
+
+plain_http_through_boto3()
 
 
 class StreamLoader(Loader):
