@@ -122,6 +122,7 @@ class StreamLoader(Loader):
         self.cache = None
         self._dl, self._start = None, 0
         self._open()
+        self._length = len(self._dl)  # kept for after close()
 
     def _open(self) -> None:
         from litdata import StreamingDataLoader, StreamingDataset
@@ -153,7 +154,9 @@ class StreamLoader(Loader):
         )  # fmt: skip
 
     def __len__(self) -> int:
-        return len(self._dl)
+        if self._dl is not None:
+            self._length = len(self._dl)
+        return self._length
 
     def start_at(self, position: int) -> None:
         """Begin the next iteration (of the epoch set_epoch chose) at batch `position`, without reading the batches

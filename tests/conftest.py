@@ -115,7 +115,7 @@ def latent_images(image_vae, tmp_path_factory) -> Path:
     from dataprep.convert import ConvertConfig, convert
 
     out = tmp_path_factory.mktemp("latent") / "images"
-    formats = ("files", "hdf5", "ffcv", "dali")
+    formats = ("files", "hdf5", "ffcv", "dali", "stream")
     convert(ConvertConfig(output=out, source="synthetic-images", limit=N_LATENT, formats=formats, vae=str(image_vae),
                           device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
     return out
