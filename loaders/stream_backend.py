@@ -33,6 +33,11 @@ from .base import Batch, Loader, leave_stop_signals_to_the_parent, worker_errors
 HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
 STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
+# LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
+# download never ends. This many attempts (boto3's standard mode: exponential backoff with jitter, at most 20 s a
+# wait) ride out a restart of a minute or two, then fail with the endpoint named
+ATTEMPTS = 10
+CONNECT_S, READ_S = 3.0, 60.0  # a live server connects in milliseconds; a 16 MiB shard at 1 MB/s arrives in pieces
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
 DEFAULT_CACHE = "GPUFEED_STREAM_CACHE"  # where the cache folders go (default: the system's temporary folder)
 
@@ -94,6 +99,13 @@ def plain_http_through_boto3() -> None:
             downloader._OBSTORE_INIT_PID = -1
 
 
+def client_config():
+    """boto3's Config for LitData's S3 client: bounded retries with backoff and timeouts (see ATTEMPTS)."""
+    from botocore.config import Config
+
+    return Config(connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS})
+
+
 def _expected_hashes(folder: Path) -> dict:
     for parent in (folder, *folder.parents):
         if (parent / HASHES).is_file():
@@ -143,6 +155,7 @@ class StreamLoader(Loader):
         dataset = StreamingDataset(
             source, cache_dir=str(self.cache), shuffle=o.shuffle, drop_last=o.drop_last, seed=o.seed,
             max_cache_size=o.cache_limit, max_pre_download=max(2, o.prefetch), item_shuffle_window=0,
+            storage_options={"config": client_config()} if self.remote else None,
         )  # fmt: skip
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
         dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
@@ -177,11 +190,19 @@ class StreamLoader(Loader):
         dl.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Batch]:
-        o = self.opts
+        """The DataLoader's iterator is made here, not at the first batch: it draws its workers' seed from torch's
+        global RNG, and a resumed run restores that RNG after calling iter() (training.stream), as the uninterrupted
+        run drew it before its own later draws."""
         self._resume()
         first, self._start = self._start, 0
         with worker_errors("stream", self.location), stalled(self.location):
-            for i, (x, y, length) in enumerate(self._dl, start=first):
+            batches = iter(self._dl)
+        return self._batches(batches, first)
+
+    def _batches(self, batches, first: int) -> Iterator[Batch]:
+        o = self.opts
+        with worker_errors("stream", self.location), stalled(self.location):
+            for i, (x, y, length) in enumerate(batches, start=first):
                 x = x.view(TORCH_DTYPES[self.dtype.name]).reshape(len(y), *self.shape).to(o.device, non_blocking=self.pin)
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
 
