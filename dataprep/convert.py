@@ -91,7 +91,8 @@ def _convert_to_remote(cfg: ConvertConfig) -> dict:
         check_target(url, cfg.overwrite)
     stage = Path(tempfile.mkdtemp(prefix="gpufeed-upload-", dir=os.environ.get("GPUFEED_STAGE")))
     try:
-        local = replace(cfg, output=stage / "dataset", command=cfg.command or " ".join([Path(sys.argv[0]).name] + sys.argv[1:]))
+        command = cfg.command or " ".join([Path(sys.argv[0]).name] + sys.argv[1:])
+        local = replace(cfg, output=stage / "dataset", command=command)
         manifest = _convert(local)
         if manifest:  # a rank other than 0 under torchrun encoded its share and wrote nothing
             upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress)

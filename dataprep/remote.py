@@ -65,7 +65,9 @@ def client():
         from botocore.config import Config
     except ImportError:
         raise RemoteError("s3:// locations need the 'stream' extra (boto3): pip install -e '.[stream]'") from None
-    config = Config(connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS})
+    config = Config(
+        connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS}
+    )
     return boto3.client("s3", config=config)
 
 
@@ -176,7 +178,9 @@ def load_remote_manifest(location) -> dict:
         try:
             return load_manifest(tmp)
         except ManifestError as e:
-            raise RemoteError(str(e).replace(str(Path(tmp) / MANIFEST), f"{S3Url.parse(location)}/{MANIFEST}")) from None
+            raise RemoteError(
+                str(e).replace(str(Path(tmp) / MANIFEST), f"{S3Url.parse(location)}/{MANIFEST}")
+            ) from None
 
 
 def open_object(location, name: str):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -103,7 +104,9 @@ def client_config():
     """boto3's Config for LitData's S3 client: bounded retries with backoff and timeouts (see ATTEMPTS)."""
     from botocore.config import Config
 
-    return Config(connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS})
+    return Config(
+        connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS}
+    )
 
 
 def _expected_hashes(folder: Path) -> dict:
@@ -190,20 +193,28 @@ class StreamLoader(Loader):
         dl.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Batch]:
-        """The DataLoader's iterator is made here, not at the first batch: it draws its workers' seed from torch's
-        global RNG, and a resumed run restores that RNG after calling iter() (training.stream), as the uninterrupted
-        run drew it before its own later draws."""
         self._resume()
         first, self._start = self._start, 0
-        with worker_errors("stream", self.location), stalled(self.location):
-            batches = iter(self._dl)
-        return self._batches(batches, first)
+        return self._batches(first)
 
-    def _batches(self, batches, first: int) -> Iterator[Batch]:
+    def _batches(self, first: int) -> Iterator[Batch]:
+        """The DataLoader draws its workers' seed from torch's global RNG as its first batch is asked for; that draw
+        is undone, so a resumed run (which restores the RNG before its first batch) trains on the noise an
+        uninterrupted one does: the loader leaves torch's RNG as it found it."""
         o = self.opts
         with worker_errors("stream", self.location), stalled(self.location):
-            for i, (x, y, length) in enumerate(batches, start=first):
-                x = x.view(TORCH_DTYPES[self.dtype.name]).reshape(len(y), *self.shape).to(o.device, non_blocking=self.pin)
+            rng = torch.get_rng_state()
+            batches = iter(self._dl)
+            head = next(batches, None)
+            torch.set_rng_state(rng)
+            if head is None:
+                return
+            for i, (x, y, _length) in enumerate(itertools.chain([head], batches), start=first):
+                x = (
+                    x.view(TORCH_DTYPES[self.dtype.name])
+                    .reshape(len(y), *self.shape)
+                    .to(o.device, non_blocking=self.pin)
+                )
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
 
     def close(self) -> None:
@@ -231,5 +242,6 @@ class stalled:  # noqa: N801 - used as a context manager, like worker_errors
 
             endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
             raise LoaderError(f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
-                              f"{endpoint}: the store stopped answering; continue with --resume once it is back")  # fmt: skip
+                              f"{endpoint}: the store stopped answering; continue with --resume once it is back"
+                              )  # fmt: skip
         return False

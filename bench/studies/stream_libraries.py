@@ -108,8 +108,10 @@ def one_run(library: str, url: str, workers: int, shards: np.ndarray) -> dict:
             wall = time.perf_counter() - t0
             order = np.concatenate(order)
             out[f"epoch{epoch}"] = {"samples": n, "seconds": round(wall, 3), "samples_per_s": round(n / wall, 1),
-                                    "first_batch_s": round(first, 3), "distinct_shards_per_batch": float(np.mean(distinct)),
-                                    "step_distance_vs_uniform": float(np.abs(np.diff(order)).mean() / (len(shards) / 3)),
+                                    "first_batch_s": round(first, 3),
+                                    "distinct_shards_per_batch": float(np.mean(distinct)),
+                                    "step_distance_vs_uniform": float(np.abs(np.diff(order)).mean()
+                                                                      / (len(shards) / 3)),
                                     "unique_samples": int(len(np.unique(order)))}  # fmt: skip
         del dl
     return out
@@ -173,7 +175,9 @@ def run_study(a) -> None:
     versions = {}
     for name in ("litdata", "streaming"):
         code = f"import {name}; print({name}.__version__)"
-        versions[name] = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout.strip()
+        versions[name] = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True
+        ).stdout.strip()
     record = {"study": "stream_libraries", "data": str(a.data), "shard_mb": a.shard_mb, "batch_size": 128,
               "layout": layout, "versions": versions, "runs": runs, "environment": run_record("cpu"),
               "command": " ".join(sys.argv)}  # fmt: skip

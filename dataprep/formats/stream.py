@@ -55,7 +55,9 @@ class StreamWriter(FormatWriter):
         try:
             from litdata.streaming.writer import BinaryWriter
         except ImportError:
-            raise ValueError("the stream format needs the 'stream' extra (LitData): pip install -e '.[stream]'") from None
+            raise ValueError(
+                "the stream format needs the 'stream' extra (LitData): pip install -e '.[stream]'"
+            ) from None
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
