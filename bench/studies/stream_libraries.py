@@ -81,6 +81,9 @@ def shard_of(library: str, local: Path) -> np.ndarray:
 
 def loader(library: str, url: str, cache: Path, workers: int, seed: int):
     if library == "litdata":
+        from loaders.stream_backend import plain_http_through_boto3
+
+        plain_http_through_boto3()  # LitData's obstore path cannot reach a plain-http endpoint (loaders/stream_backend)
         from litdata import StreamingDataLoader, StreamingDataset
 
         ds = StreamingDataset(url, cache_dir=str(cache), shuffle=True, seed=seed, drop_last=True)
