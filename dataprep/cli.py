@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "stream", "all")
-SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "synthetic-images", "synthetic-audio")
+SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "webdataset", "synthetic-images",
+                "synthetic-audio")  # fmt: skip
 
 
 def _formats(ctx, param, value: str) -> tuple[str, ...]:

@@ -120,7 +120,7 @@ def _convert(cfg: ConvertConfig) -> dict:
     try:
         with times.timed("list the input"):
             source = build_source(
-                cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
+                cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
             )
         work = Workdir(Path(cfg.output), cfg.overwrite)
         for line in work.removed:
@@ -231,6 +231,14 @@ def _chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:
     sample_bytes = 4 * spec.channels * spec.num_samples if source.kind == "audio" else 3 * (cfg.size or 0) ** 2
     n = min(CHUNK, CHUNK_BYTES // max(1, sample_bytes))
     return max(cfg.batch_size, n // cfg.batch_size * cfg.batch_size) if cfg.vae else max(1, n)
+
+
+def _input(cfg: ConvertConfig):
+    """--input as a Path, or as given where a Path would change it: s3:// shards, brace patterns."""
+    if cfg.input is None:
+        return None
+    text = str(cfg.input)
+    return text if text.startswith("s3://") or "{" in text else Path(cfg.input)
 
 
 def _usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
@@ -345,7 +353,7 @@ def _encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
 def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
     gathers every batch and writes the one output)."""
-    source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec,
+    source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec,
                           size=cfg.size)  # fmt: skip
     stream = _usable(source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
     first = next(stream, None)
@@ -370,6 +378,16 @@ def _describe_files(root: Path, entries: list[Path | dict], workers: int) -> lis
     return [e if isinstance(e, dict) else described[e] for e in entries]
 
 
+def _schema(meta: DatasetMeta, source) -> dict:
+    """What one sample holds; `txt` (a caption) only where the source had captions, kept by the stream format alone."""
+    schema = {"x": f"{meta.dtype} {list(meta.sample_shape)}", "y": "int64 index into classes"}
+    if meta.kind == "audio":
+        schema["length"] = "int64 valid samples before the zero padding"
+    if getattr(source, "captions", False):
+        schema["txt"] = "utf-8 caption (stored in the stream format's shards only)"
+    return schema
+
+
 def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
     return {
         "gpufeed_version": __version__,
@@ -384,6 +402,7 @@ def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
         "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),
+        "schema": _schema(meta, source),
         "formats": formats,
         "skipped": skipped,
     }

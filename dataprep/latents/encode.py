@@ -165,7 +165,7 @@ class LatentEncoder:
             torch.distributed.all_gather_object(parts, mine)
             mine = {s: v for part in parts for s, v in part.items()}
         out = Chunk(np.concatenate([mine[s] for s in range(0, len(q.chunk), self.batch_size)]), q.chunk.y, None,
-                    q.chunk.skipped)  # fmt: skip
+                    q.chunk.skipped, q.chunk.text)  # fmt: skip
         end = time.perf_counter()
         # from the previous chunk's result to this one's: the pace of the whole pipeline, waits for input included
         self.chunks.append((len(q.chunk), end - (self._last_end or q.t0), waited))
