@@ -119,9 +119,7 @@ def _convert(cfg: ConvertConfig) -> dict:
     writers, digest, skipped, work = {}, SampleDigest(), [], None
     try:
         with times.timed("list the input"):
-            source = build_source(
-                cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
-            )
+            source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size)
         work = Workdir(Path(cfg.output), cfg.overwrite)
         for line in work.removed:
             print(line, file=sys.stderr)

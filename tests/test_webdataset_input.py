@@ -9,7 +9,6 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 from PIL import Image
 
@@ -38,8 +37,12 @@ def write_shards(folder: Path, sizes=None, broken: int | None = None) -> list[np
                 buf = io.BytesIO()
                 Image.fromarray(pixels).save(buf, "PNG")
                 data = buf.getvalue() if k != broken else b"not an image"
-                members = {f"{k:09d}.png": data, f"{k:09d}.cls": str(k % 3 * 5).encode(),
-                           f"{k:09d}.txt": f"caption {k}".encode(), f"{k:09d}.json": json.dumps({"k": k}).encode()}
+                members = {
+                    f"{k:09d}.png": data,
+                    f"{k:09d}.cls": str(k % 3 * 5).encode(),
+                    f"{k:09d}.txt": f"caption {k}".encode(),
+                    f"{k:09d}.json": json.dumps({"k": k}).encode(),
+                }
                 for name, blob in members.items():
                     info = tarfile.TarInfo(name)
                     info.size = len(blob)

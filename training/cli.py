@@ -24,8 +24,9 @@ def _d(name: str):
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option(
     "--data",
-    callback=lambda ctx, param, v: v if v.startswith("s3://") else click.Path(exists=True, file_okay=False,
-                                                                               path_type=Path).convert(v, param, ctx),
+    callback=lambda ctx, param, v: (
+        v if v.startswith("s3://") else click.Path(exists=True, file_okay=False, path_type=Path).convert(v, param, ctx)
+    ),
     required=True,
     help="A directory written by `dataprep convert`, or s3://BUCKET/PREFIX (the stream loader; AWS_ENDPOINT_URL, "
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY reach the store).",

@@ -92,8 +92,9 @@ class ShapedLink:
         listen.listen(128)
         self.port = listen.getsockname()[1]
         ctx = mp.get_context("fork")  # the listening socket is inherited as it is
-        self.process = ctx.Process(target=_run, args=(listen, self.target_port, self.rate, self.delay, self.cpus),
-                                   daemon=True)
+        self.process = ctx.Process(
+            target=_run, args=(listen, self.target_port, self.rate, self.delay, self.cpus), daemon=True
+        )
         self.process.start()
         listen.close()
         return self

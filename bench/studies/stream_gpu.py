@@ -178,6 +178,7 @@ def main() -> None:
 def run_all(a) -> None:
     from bench.objectstore.seaweed import SeaweedServer
     from bench.records.env import run_record
+
     a.out.mkdir(parents=True, exist_ok=True)
     every = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="stream-gpu-") as tmp, SeaweedServer(Path(tmp) / "s3") as server:
@@ -191,7 +192,8 @@ def run_all(a) -> None:
         for data in ("images", "latents"):  # the manifest only: data_spec of the data-free runs reads it
             (tmp / f"{data}-manifest").mkdir()
             (tmp / f"{data}-manifest" / "manifest.json").write_text(
-                json.dumps(json.loads(download_manifest(f"s3://study/{data}"))))
+                json.dumps(json.loads(download_manifest(f"s3://study/{data}")))
+            )
         print(f"prepared in {time.perf_counter() - t0:.1f} s", flush=True)
         for model in a.models.split(","):
             for cores in map(int, a.cores.split(",")):
