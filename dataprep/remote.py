@@ -68,7 +68,8 @@ def client():
     config = Config(
         connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS}
     )
-    return boto3.client("s3", config=config)
+    # a session of its own: the default one keeps the credentials it first found, whatever the variables say later
+    return boto3.session.Session().client("s3", config=config)
 
 
 def explain(error: Exception, url: S3Url, name: str = "") -> RemoteError:
@@ -91,11 +92,15 @@ def explain(error: Exception, url: S3Url, name: str = "") -> RemoteError:
     return RemoteError(f"{where}: object store error at {endpoint()} ({kind}: {error})")
 
 
+def from_s3_client(error: Exception) -> bool:
+    return type(error).__module__.split(".")[0] in ("botocore", "boto3", "s3transfer")
+
+
 def _call(url: S3Url, name: str, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except Exception as e:
-        if type(e).__module__.split(".")[0] not in ("botocore", "boto3", "s3transfer"):
+        if not from_s3_client(e):
             raise
         raise explain(e, url, name) from None
 

@@ -155,7 +155,7 @@ class StreamLoader(Loader):
         register_downloader("s3://", checking_downloader(), overwrite=True)
         source = f"{self.location.rstrip('/')}/stream" if self.remote else str(self.data_dir / "stream")
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
-        dataset = StreamingDataset(
+        dataset = self._guarded(StreamingDataset,
             source, cache_dir=str(self.cache), shuffle=o.shuffle, drop_last=o.drop_last, seed=o.seed,
             max_cache_size=o.cache_limit, max_pre_download=max(2, o.prefetch), item_shuffle_window=0,
             storage_options={"config": client_config()} if self.remote else None,
@@ -168,6 +168,19 @@ class StreamLoader(Loader):
             persistent_workers=False, multiprocessing_context=o.mp_context if self.workers else None,
             worker_init_fn=leave_stop_signals_to_the_parent, timeout=STALL_S if self.workers else 0,
         )  # fmt: skip
+
+    def _guarded(self, fn, *args, **kwargs):
+        """LitData's S3 errors (it reads the index as it is built) as one line naming the store and the fix."""
+        from dataprep.remote import S3Url, explain, from_s3_client
+
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not (self.remote and from_s3_client(e)):
+                raise
+            from .errors import LoaderError
+
+            raise LoaderError(str(explain(e, S3Url.parse(self.location), "stream/index.json"))) from None
 
     def __len__(self) -> int:
         if self._dl is not None:

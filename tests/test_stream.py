@@ -151,3 +151,46 @@ def test_cache_is_bounded_and_removed(remote, tmp_path, monkeypatch):
     loader.close()
     assert 0 < peak <= 300_000 + 3 * (128 << 10) and total < 1.8e6
     assert not cache.exists()
+
+
+RANK_SCRIPT = """
+import hashlib, json, os, sys
+import torch
+torch.distributed.init_process_group("gloo")
+from loaders import build_loader
+rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+out = {}
+with build_loader("stream", sys.argv[1], batch_size=32, workers=1, shuffle=True, augment=False, drop_last=True,
+                  seed=4, rank=rank, world_size=world) as loader:
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        seen = [hashlib.sha1(x.numpy().tobytes()).hexdigest() for b in loader for x in b.x]
+        out[epoch] = {"batches": len(seen) // 32, "len": len(loader), "seen": seen}
+torch.distributed.barrier()
+json.dump(out, open(os.path.join(sys.argv[2], f"rank{rank}.json"), "w"))
+torch.distributed.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_ddp_ranks_get_equal_batches_and_disjoint_samples(remote, tmp_path):
+    """Two ranks under torchrun over gloo (CPU), each its own loader on the same s3:// dataset: per epoch the same
+    number of full batches on both, no sample on two ranks, and less than one batch per rank left out."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ranks.py"
+    script.write_text(RANK_SCRIPT)
+    repo = Path(__file__).resolve().parents[1]
+    env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                        str(script), remote, str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    for epoch in ("0", "1"):
+        a, b = (ranks[k][epoch] for k in (0, 1))
+        assert a["batches"] == b["batches"] == a["len"] == b["len"] == N // 32 // 2
+        assert not set(a["seen"]) & set(b["seen"]) and len(set(a["seen"])) == len(a["seen"])
+        assert N - len(a["seen"]) - len(b["seen"]) < 2 * 32
