@@ -52,7 +52,8 @@ def test_no_server_names_the_endpoint_within_10_s(monkeypatch, tmp_path):
     """Nothing listens at AWS_ENDPOINT_URL: building the loader, `train` and `dataprep info` fail in seconds,
     naming the endpoint."""
     endpoint = f"http://127.0.0.1:{free_port()}"
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}.items():
+        monkeypatch.setenv(name, value)
     t0 = time.monotonic()
     with pytest.raises(LoaderError, match=f"cannot reach the object store at {endpoint}.*is the server running"):
         build_loader("stream", "s3://data/set", **kw())
