@@ -194,3 +194,16 @@ def test_ddp_ranks_get_equal_batches_and_disjoint_samples(remote, tmp_path):
         assert a["batches"] == b["batches"] == a["len"] == b["len"] == N // 32 // 2
         assert not set(a["seen"]) & set(b["seen"]) and len(set(a["seen"])) == len(a["seen"])
         assert N - len(a["seen"]) - len(b["seen"]) < 2 * 32
+
+
+def test_bench_and_fastest_consider_the_stream_backend():
+    """`bench loaders` expands stream configurations, and `--loader fastest`'s probe lists stream candidates for data
+    that has the stream format (and none for data without it)."""
+    from bench.fastest.probe import ProbeConfig, candidates
+    from bench.grid.job import BACKEND_NAMES, collapse
+
+    assert "stream" in BACKEND_NAMES and collapse("stream", 2, True, "cuda") == (2, True)
+    with_stream = [c for group in candidates({"stream": {}, "hdf5": {}}, "cpu", 2, ProbeConfig()) for c in group]
+    without = [c for group in candidates({"hdf5": {}}, "cpu", 2, ProbeConfig()) for c in group]
+    assert {("stream", 0, None), ("stream", 2, None)} <= set(with_stream)
+    assert not any(b == "stream" for b, _, _ in without)
