@@ -4,6 +4,7 @@ format and for benchmarks, its data kept in DIR; prints the variables that reach
 from __future__ import annotations
 
 import argparse
+import signal
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ def main() -> None:
     p.add_argument("--port", type=int, default=None, help="S3 port [default: a free one]")
     p.add_argument("--bucket", default="gpufeed", help="a bucket to create at start")
     a = p.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the server too, as Ctrl-C does
     server = SeaweedServer(a.directory) if a.port is None else SeaweedServer(a.directory, port=a.port)
     with server:
         import boto3

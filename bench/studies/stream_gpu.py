@@ -176,9 +176,12 @@ def main() -> None:
 
 
 def run_all(a) -> None:
+    import signal
+
     from bench.objectstore.seaweed import SeaweedServer
     from bench.records.env import run_record
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a timeout's SIGTERM still stops the server
     a.out.mkdir(parents=True, exist_ok=True)
     every = sorted(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="stream-gpu-") as tmp, SeaweedServer(Path(tmp) / "s3") as server:
