@@ -175,7 +175,7 @@ def loaders(
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
-        backends=parse_backends(backends),
+        backends=_present(data, parse_backends(backends), click.get_current_context()),
         workers=_ints(workers, "--workers", "0,4,8", 0),
         pin_memory=parse_pins(pins),
         batch_sizes=_ints(batch_sizes, "--batch-size", "128,512", 1),
@@ -218,6 +218,20 @@ def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, globa
         if bad:
             raise click.BadParameter(f"{global_batch} does not divide by --nproc {', '.join(map(str, bad))}",
                                      param_hint="--global-batch")  # fmt: skip
+
+
+def _present(data: Path, backends: tuple[str, ...], ctx) -> tuple[str, ...]:
+    """Left at its default, --backends is every backend whose format the data has (the stream shards, say, are
+    converted on request only); named backends are kept, and one whose format is missing fails with the fix."""
+    if ctx.get_parameter_source("backends") != click.core.ParameterSource.DEFAULT:
+        return backends
+    import json
+
+    from loaders import NEEDS_FORMAT
+
+    formats = json.loads((data / "manifest.json").read_text()).get("formats", {})
+    present = tuple(b for b in backends if NEEDS_FORMAT[b] in formats or (b == "gpu" and "files" in formats))
+    return present or backends
 
 
 def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:

@@ -8,8 +8,9 @@ import click
 
 from .parallel import cores_per_rank
 
-FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "all")
-SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "synthetic-images", "synthetic-audio")
+FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "stream", "all")
+SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "webdataset", "synthetic-images",
+                "synthetic-audio")  # fmt: skip
 
 
 def _formats(ctx, param, value: str) -> tuple[str, ...]:
@@ -20,15 +21,25 @@ def _formats(ctx, param, value: str) -> tuple[str, ...]:
     return names
 
 
+def _location(ctx, param, value: str | None):
+    """A local path as a Path; s3:// URLs and brace patterns as given (pathlib would fold the // of s3://)."""
+    if value is None:
+        return None
+    return value if value.startswith("s3://") or "{" in value else Path(value)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Prepare datasets for gpufeed's loaders (FFCV, HDF5, DALI, plain files)."""
 
 
 @cli.command()
-@click.option("--input", "input_", type=click.Path(path_type=Path), help="Source folder or archive.")
-@click.option("--output", required=True, type=click.Path(path_type=Path), help="Directory to create.")
-@click.option("--format", "formats", default="all", callback=_formats, help="files,hdf5,ffcv,dali or all.")
+@click.option("--input", "input_", callback=_location,
+              help="Source folder or archive, or WebDataset tar shards: local or s3://, brace patterns "
+              "(shards/{00000..00099}.tar).")  # fmt: skip
+@click.option("--output", required=True, callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.")
+@click.option("--format", "formats", default="all", callback=_formats,
+              help="files,hdf5,ffcv,dali,stream or all (all: the first four).")  # fmt: skip
 @click.option("--source", type=click.Choice(SOURCE_NAMES), default="auto", show_default=True)
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Convert the first N usable samples (synthetic: N samples).")
@@ -88,19 +99,21 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
 
 
 @cli.command()
-@click.argument("data_dir", type=click.Path(path_type=Path))
-def verify(data_dir: Path) -> None:
-    """Re-hash every file and re-read every sample of every format against the manifest."""
+@click.argument("data_dir", callback=_location)
+def verify(data_dir: Path | str) -> None:
+    """Re-hash every file and re-read every sample of every format against the manifest (s3://: downloaded first)."""
     from .fields import unchecked_note
     from .manifest import load_manifest, resize_line
+    from .remote import is_remote, load_remote_manifest, verify_remote
     from .text import printable
     from .verify import verify as run
 
-    manifest = _guard(load_manifest, data_dir)
+    remote = is_remote(data_dir)
+    manifest = _guard(load_remote_manifest, data_dir) if remote else _guard(load_manifest, data_dir)
     note = unchecked_note(manifest)
     if note:
         click.echo(f"warning: {note}", err=True)
-    problems = _guard(run, data_dir)
+    problems = _guard(verify_remote, data_dir, True) if remote else _guard(run, data_dir)
     if problems:
         raise click.ClickException("verification failed:\n  " + "\n  ".join(printable(p) for p in problems))
     click.echo(f"{printable(data_dir)}: every file and every sample of every format matches the manifest")
@@ -109,12 +122,13 @@ def verify(data_dir: Path) -> None:
 
 
 @cli.command()
-@click.argument("data_dir", type=click.Path(path_type=Path))
-def info(data_dir: Path) -> None:
-    """Print the manifest readably."""
+@click.argument("data_dir", callback=_location)
+def info(data_dir: Path | str) -> None:
+    """Print the manifest readably (of a local directory or s3://BUCKET/PREFIX)."""
     from .manifest import describe, load_manifest
+    from .remote import is_remote, load_remote_manifest
 
-    click.echo(describe(_guard(load_manifest, data_dir)))
+    click.echo(describe(_guard(load_remote_manifest if is_remote(data_dir) else load_manifest, data_dir)))
 
 
 def _device(device: str | None, vae: str | None) -> str | None:

@@ -24,6 +24,7 @@ from .formats import expand, writer_class
 from .formats.base import DatasetMeta, FormatWriter
 from .manifest import NAME, write_json_atomic
 from .parallel import cores_per_rank, ordered_map
+from .remote import is_remote
 from .sources import AudioSpec, Chunk, build_source
 from .sources.images import RESIZE_METHOD
 from .timings import Timings
@@ -43,7 +44,7 @@ class ConvertError(Exception):
 
 @dataclass
 class ConvertConfig:
-    output: Path
+    output: Path | str  # a directory, or s3://BUCKET/PREFIX (converted locally, then uploaded)
     input: Path | None = None
     formats: tuple[str, ...] = ("all",)
     source: str = "auto"  # detected from the layout; see dataprep.sources.SOURCES
@@ -71,7 +72,34 @@ def convert(cfg: ConvertConfig) -> dict:
     """Convert `cfg.input` into every format in `cfg.formats`; return the manifest (its "timings" say where the
     time went)."""
     with _ranks_group(cfg):
+        if is_remote(cfg.output):
+            return _convert_to_remote(cfg)
         return _convert(cfg)
+
+
+def _convert_to_remote(cfg: ConvertConfig) -> dict:
+    """--output s3://BUCKET/PREFIX: convert into a local staging folder (the system's temporary folder, or
+    $GPUFEED_STAGE), upload it with the manifest last, then remove it. The bucket and an existing dataset are checked
+    first, so a wrong target fails before minutes of conversion."""
+    import shutil
+    import tempfile
+    from dataclasses import replace
+
+    from .remote import S3Url, check_target, upload_dir
+
+    url = S3Url.parse(cfg.output)
+    if _rank() == 0:
+        check_target(url, cfg.overwrite)
+    stage = Path(tempfile.mkdtemp(prefix="gpufeed-upload-", dir=os.environ.get("GPUFEED_STAGE")))
+    try:
+        command = cfg.command or " ".join([Path(sys.argv[0]).name] + sys.argv[1:])
+        local = replace(cfg, output=stage / "dataset", command=command)
+        manifest = _convert(local)
+        if manifest:  # a rank other than 0 under torchrun encoded its share and wrote nothing
+            upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress)
+        return manifest
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _convert(cfg: ConvertConfig) -> dict:
@@ -93,9 +121,7 @@ def _convert(cfg: ConvertConfig) -> dict:
     streams: list = []  # the generators feeding the writers, closed on a failure (which stops their workers now)
     try:
         with times.timed("list the input"):
-            source = build_source(
-                cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size
-            )
+            source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size)
         work = Workdir(Path(cfg.output), cfg.overwrite, _read_from(cfg, source))
         for line in work.removed:
             print(line, file=sys.stderr)
@@ -212,8 +238,9 @@ def _timed(times: Timings, stage: str, fn, *args) -> None:
 
 def _read_from(cfg: ConvertConfig, source) -> list[str]:
     """The resolved paths the conversion reads, which the output must stay apart from: the input, and each folder
-    its files are in (a folder reached through a symbolic link lies elsewhere)."""
-    if cfg.input is None:
+    its files are in (a folder reached through a symbolic link lies elsewhere). Shards named by a pattern or in
+    object storage are read into a temporary folder: nothing of the input lies beside the output."""
+    if cfg.input is None or isinstance(_input(cfg), str):
         return []
     folders = {os.path.dirname(p) for p, _ in getattr(source, "items", ())}
     return sorted({os.path.realpath(cfg.input)} | {os.path.realpath(f) for f in folders})
@@ -225,6 +252,14 @@ def _chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:
     sample_bytes = 4 * spec.channels * spec.num_samples if source.kind == "audio" else 3 * (cfg.size or 0) ** 2
     n = min(CHUNK, CHUNK_BYTES // max(1, sample_bytes))
     return max(cfg.batch_size, n // cfg.batch_size * cfg.batch_size) if cfg.vae else max(1, n)
+
+
+def _input(cfg: ConvertConfig):
+    """--input as a Path, or as given where a Path would change it: s3:// shards, brace patterns."""
+    if cfg.input is None:
+        return None
+    text = str(cfg.input)
+    return text if text.startswith("s3://") or "{" in text else Path(cfg.input)
 
 
 def _usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
@@ -264,12 +299,15 @@ def _encode(encoders: dict, block: tuple[Chunk, int]) -> tuple[dict, dict]:
 
 
 def _slice(chunk: Chunk, a: int, b: int) -> Chunk:
-    return Chunk(chunk.x[a:b], chunk.y[a:b], None if chunk.length is None else chunk.length[a:b])
+    text = None if chunk.text is None else chunk.text[a:b]
+    return Chunk(chunk.x[a:b], chunk.y[a:b], None if chunk.length is None else chunk.length[a:b], text=text)
 
 
 def _head(chunk: Chunk, n: int) -> Chunk:
     names = None if chunk.names is None else chunk.names[:n]
-    return Chunk(chunk.x[:n], chunk.y[:n], None if chunk.length is None else chunk.length[:n], chunk.skipped, names)
+    text = None if chunk.text is None else chunk.text[:n]
+    length = None if chunk.length is None else chunk.length[:n]
+    return Chunk(chunk.x[:n], chunk.y[:n], length, chunk.skipped, names, text)
 
 
 def _meta(source, chunk, spec: AudioSpec, encoder=None) -> DatasetMeta:
@@ -335,7 +373,7 @@ def _encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
 def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
     gathers every batch and writes the one output)."""
-    source = build_source(cfg.source, cfg.input and Path(cfg.input), split=cfg.split, limit=cfg.limit, audio=spec,
+    source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec,
                           size=cfg.size)  # fmt: skip
     stream = _usable(source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
     first = next(stream, None)
@@ -365,6 +403,16 @@ def _describe_files(root: Path, entries: list[Path | dict], workers: int) -> lis
     return [e if isinstance(e, dict) else described[e] for e in entries]
 
 
+def _schema(meta: DatasetMeta, source) -> dict:
+    """What one sample holds; `txt` (a caption) only where the source had captions, kept by the stream format alone."""
+    schema = {"x": f"{meta.dtype} {list(meta.sample_shape)}", "y": "int64 index into classes"}
+    if meta.kind == "audio":
+        schema["length"] = "int64 valid samples before the zero padding"
+    if getattr(source, "captions", False):
+        schema["txt"] = "utf-8 caption (stored in the stream format's shards only)"
+    return schema
+
+
 def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
     return {
         "gpufeed_version": __version__,
@@ -379,6 +427,7 @@ def _manifest(cfg, source, meta, spec, digest, formats, skipped) -> dict:
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
         "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),
+        "schema": _schema(meta, source),
         "formats": formats,
         "skipped": skipped,
     }

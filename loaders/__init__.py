@@ -14,26 +14,34 @@ BACKENDS = {
     "ffcv": "loaders.ffcv_backend:FfcvLoader",
     "dali": "loaders.dali_backend:DaliLoader",
     "gpu": "loaders.gpu_resident:GpuResidentLoader",
+    "stream": "loaders.stream_backend:StreamLoader",
 }
 # the pip extra that provides each optional library (top-level module name), and the format each backend reads
-EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio", "soxr": "audio"}
-NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5"}
+EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio", "soxr": "audio", "litdata": "stream",
+          "boto3": "stream", "botocore": "stream"}  # fmt: skip
+NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5", "stream": "stream"}
 
 
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
     from dataprep.manifest import ManifestError, load_manifest
     from dataprep.paths import NotRegularError, OutsideError
+    from dataprep.remote import RemoteError, S3Url, is_remote, load_remote_manifest
 
     from .base import LoaderOptions
     from .integrity import check_format, fix
 
     if name not in BACKENDS:
         raise LoaderError(f"unknown loader {name!r}; valid: {', '.join(BACKENDS)}")
+    remote = is_remote(data_dir)  # s3://BUCKET/PREFIX: the stream loader reads object storage, through LitData
+    if remote and name != "stream":
+        raise LoaderError(f"{data_dir}: the {name!r} loader reads local directories; use --loader stream for s3://")
     try:
-        manifest = load_manifest(data_dir)
+        manifest = load_remote_manifest(data_dir) if remote else load_manifest(data_dir)
     except ManifestError as e:
         raise LoaderError(f"{e}; {fix(data_dir)}") from None
+    except RemoteError as e:
+        raise LoaderError(str(e)) from None
     fmt = NEEDS_FORMAT[name]
     if fmt not in manifest["formats"] and not (name == "gpu" and "files" in manifest["formats"]):
         raise LoaderError(
@@ -44,8 +52,12 @@ def build_loader(name: str, data_dir: str | Path, **options):
         fmt = "files"
     module_name, cls_name = BACKENDS[name].split(":")
     try:  # backends import their optional libraries at module level or in __init__, so both are covered here
-        check_format(data_dir, manifest, fmt)  # cheap: sizes and headers, no hashing
+        if not remote:
+            check_format(data_dir, manifest, fmt)  # cheap: sizes and headers, no hashing
         cls = getattr(importlib.import_module(module_name), cls_name)
+        if name == "stream":
+            location = str(S3Url.parse(data_dir)) if remote else None
+            return cls(Path(str(data_dir)), manifest, LoaderOptions(**options), location=location)
         return cls(Path(data_dir), manifest, LoaderOptions(**options))
     except OutsideError as e:  # the message names the entry, where it was found and what to do
         raise LoaderError(str(e)) from None

@@ -45,6 +45,7 @@ class LoaderOptions:
     representation: str = "mel"  # audio only: "mel" or "wave"
     prefetch: int = 2  # batches prepared ahead, where the backend has such a queue
     mp_context: str | None = None  # worker processes: "fork", "forkserver" or "spawn" (None: the platform default)
+    cache_limit: str | int | None = None  # stream: bytes ("20GB") of shards on local disk (None: LitData's choice)
 
     def __post_init__(self) -> None:
         checks = [

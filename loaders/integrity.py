@@ -215,4 +215,10 @@ def _files(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict
     return None
 
 
-CHECKS = {"hdf5": _hdf5, "ffcv": _ffcv, "dali": _dali, "files": _files}
+def _stream(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
+    from dataprep.formats.stream import check_index
+
+    return check_index(data_dir, count)
+
+
+CHECKS = {"hdf5": _hdf5, "ffcv": _ffcv, "dali": _dali, "files": _files, "stream": _stream}

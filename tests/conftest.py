@@ -115,7 +115,20 @@ def latent_images(image_vae, tmp_path_factory) -> Path:
     from dataprep.convert import ConvertConfig, convert
 
     out = tmp_path_factory.mktemp("latent") / "images"
-    formats = ("files", "hdf5", "ffcv", "dali")
+    formats = ("files", "hdf5", "ffcv", "dali", "stream")
     convert(ConvertConfig(output=out, source="synthetic-images", limit=N_LATENT, formats=formats, vae=str(image_vae),
                           device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
     return out
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory):
+    """One real SeaweedFS server (S3 API) on 127.0.0.1 for the whole test run, its standard AWS_* variables set for
+    every test, and a fresh bucket per call of `seaweed.bucket()`. Started once: it is ready in 3-25 s."""
+    pytest.importorskip("boto3", reason="the stream tests need the 'stream' extra")
+    from objectstore_helpers import TestStore
+
+    with TestStore(tmp_path_factory.mktemp("seaweed")) as store, pytest.MonkeyPatch.context() as patch:
+        for name, value in store.server.env().items():
+            patch.setenv(name, value)
+        yield store

@@ -64,7 +64,7 @@ def test_knobs_a_backend_ignores_are_collapsed():
         compile=True,
         repeats=2,
     )
-    per_repeat = 6 + 6 + 3 + 3 + 1 + 1  # torch, hdf5: 3x2; ffcv, dali: workers 1,4,8; gpu once; one data-free
+    per_repeat = 6 + 6 + 3 + 3 + 1 + 6 + 1  # torch, hdf5, stream: 3x2; ffcv, dali: workers 1,4,8; gpu once; data-free
     assert len(jobs) == 2 * per_repeat and len({j.name for j in jobs}) == len(jobs)
     assert [j.repeat for j in jobs] == [0] * per_repeat + [1] * per_repeat  # a Ctrl-C leaves whole repeats
     assert 60 < estimate_s(jobs) < 3600

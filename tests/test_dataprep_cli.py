@@ -80,7 +80,7 @@ def test_info_and_verify_on_a_non_dataset(tmp_path):
 def test_bad_format_and_missing_input():
     """An unknown --format lists the valid ones; a real source without --input says what is missing."""
     r = CliRunner().invoke(cli, ["convert", "--output", "/tmp/x", "--format", "parquet"])
-    assert r.exit_code == 2 and "files, hdf5, ffcv, dali, all" in r.output
+    assert r.exit_code == 2 and "files, hdf5, ffcv, dali, stream, all" in r.output
     r = CliRunner().invoke(cli, ["convert", "--output", "/tmp/x"])
     assert r.exit_code == 1 and "--input is required" in r.output
 

@@ -32,9 +32,12 @@ def _d(name: str):
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option(
     "--data",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    callback=lambda ctx, param, v: (
+        v if v.startswith("s3://") else click.Path(exists=True, file_okay=False, path_type=Path).convert(v, param, ctx)
+    ),
     required=True,
-    help="A directory written by `dataprep convert`.",
+    help="A directory written by `dataprep convert`, or s3://BUCKET/PREFIX (the stream loader; AWS_ENDPOINT_URL, "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY reach the store).",
 )
 @click.option(
     "--loader",
@@ -89,6 +92,8 @@ def _d(name: str):
     help="Loader workers per rank (fastest picks its own).",
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
+@click.option("--cache-limit", default=None, help="The stream loader's local shard cache, e.g. 20GB; removed at exit "
+              "[default: LitData's, 75% of the free disk].")  # fmt: skip
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
 @click.option(
     "--out",
@@ -128,7 +133,7 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
 
         if not torch.cuda.is_available():
             raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
-    if not (options["data"] / "manifest.json").is_file():
+    if not str(options["data"]).startswith("s3://") and not (options["data"] / "manifest.json").is_file():
         raise click.BadParameter(
             f"{options['data']}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data"
         )

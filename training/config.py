@@ -8,7 +8,8 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu")  # "fastest": `bench fastest` picks (training.stream)
+# "fastest": `bench fastest` picks (training.stream); "stream": LitData shards, local or s3://
+LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -30,7 +31,7 @@ def _default_device() -> str:
 
 @dataclass(kw_only=True)
 class TrainConfig:
-    data: Path  # a directory written by `dataprep convert` (has manifest.json)
+    data: Path | str  # a directory written by `dataprep convert` (has manifest.json), or s3://BUCKET/PREFIX
     loader: str = "fastest"  # a loaders.BACKENDS name, or "fastest" to let bench pick on this machine
     model: str | None = None  # a MODEL_PRESETS name; None: ddpm_cifar10 / ddpm_audio_mel / dit_b2 by the data's kind
     # pixel or clip data only: encode every batch with this AutoencoderKL inside the step, the baseline that
@@ -56,6 +57,7 @@ class TrainConfig:
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
+    cache_limit: str | None = None  # stream loader: local disk for shards ("20GB"); None: LitData's default budget
     augment: bool = True  # random horizontal flip for images, as in the paper
     out: Path = Path("runs/train")  # RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/
     resume: bool = False  # continue from RUN_DIR/ckpt.pt; without it an existing checkpoint is an error, never lost
@@ -73,7 +75,8 @@ class TrainConfig:
     tensorboard: bool = False  # also write the logged scalars and sample grids to RUN_DIR/tensorboard (optional extra)
 
     def __post_init__(self) -> None:
-        self.data, self.out = Path(self.data), Path(self.out)
+        remote = str(self.data).startswith("s3://")  # a URL stays a string: a Path would fold its //
+        self.data, self.out = self.data if remote else Path(self.data), Path(self.out)
         self.compile_cache = Path(self.compile_cache) if self.compile_cache else None
         checks = [
             (self.loader in LOADER_NAMES, f"loader must be one of {', '.join(LOADER_NAMES)}, not {self.loader!r}"),

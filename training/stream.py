@@ -27,7 +27,14 @@ class DataError(ValueError):
 KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}  # default --model per kind
 
 
-def read_manifest(data: Path) -> dict:
+def read_manifest(data: Path | str) -> dict:
+    from dataprep.remote import RemoteError, is_remote, load_remote_manifest
+
+    if is_remote(data):
+        try:
+            return load_remote_manifest(data)
+        except RemoteError as e:
+            raise DataError(str(e)) from None
     try:
         path = inside(data, "manifest.json", source=data)  # one linking elsewhere would be read from there
     except OutsideError as e:
@@ -106,6 +113,8 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
     they measure together, as the training will run (bench.fastest.together). Every rank takes rank 0's answer."""
     if cfg.loader != "fastest":
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
+    if str(cfg.data).startswith("s3://"):  # nothing to compare: no other loader reads object storage
+        return LoaderChoice("stream", cfg.workers, cfg.pin_memory, "the only loader that reads s3:// data")
     if not info.enabled:
         return ask_bench(cfg, model, device)
     port = [_free_port() if info.main else None]
@@ -161,6 +170,7 @@ def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist,
         rank=info.rank,
         world_size=info.world_size,
         representation="wave" if cfg.vae and kind == "audio" else "mel",  # --vae computes AudioLDM's own mel
+        **({"cache_limit": cfg.cache_limit} if choice.backend == "stream" else {}),
     )
 
 
@@ -175,7 +185,13 @@ class EpochStream:
 
     def start(self) -> None:
         """Begin the current epoch and skip the batches a checkpoint says were already consumed."""
+        if hasattr(self.loader, "start_at") and self.position >= len(self.loader):  # saved after an epoch's last batch
+            self.epoch, self.position = self.epoch + 1, 0
         self.loader.set_epoch(self.epoch)
+        if self.position and hasattr(self.loader, "start_at"):  # a streaming loader skips without reading
+            self.loader.start_at(self.position)
+            self._it = iter(self.loader)
+            return
         self._it = iter(self.loader)
         for _ in range(self.position):
             next(self._it)

@@ -11,14 +11,14 @@ import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu")  # loaders.BACKENDS keys (a test checks they match)
+BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
 MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
 # ddpm_cifar10 takes seconds per step there and a grid would take hours (training.stream.KIND_MODELS, mirrored here
 # to keep this module free of torch imports)
 KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}
-USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False}
-USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False}
+USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
+USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False, "stream": True}
 MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
 
 
@@ -168,7 +168,8 @@ GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio
              "dit_tiny": 15_000.0}  # eager bf16  # fmt: skip
 COMPILED_SPEEDUP = 2.5  # compiled with CUDA graphs, ddpm_cifar10: 5,049 vs 1,840 img/s (train_speed.json)
 CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5, "dit_b2": 2.0, "dit_tiny": 400.0}
-LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7}  # per worker
+LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7,
+                "stream": 15_000.0}  # per worker  # fmt: skip
 
 
 def estimate_s(jobs: list[Job]) -> float:

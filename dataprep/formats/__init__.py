@@ -10,8 +10,11 @@ FORMATS = {
     "hdf5": "dataprep.formats.hdf5:Hdf5Writer",
     "ffcv": "dataprep.formats.ffcv:FfcvWriter",
     "dali": "dataprep.formats.dali:DaliWriter",
+    "stream": "dataprep.formats.stream:StreamWriter",
 }
-EXTRAS = {"ffcv": "ffcv", "hdf5": None, "files": "audio", "dali": None}  # extra that provides what a format needs
+EXTRAS = {"ffcv": "ffcv", "hdf5": None, "files": "audio", "dali": None, "stream": "stream"}  # what a format needs
+# "all": the formats the local loaders read; `stream` (shards for object storage, LitData) is asked for by name
+ALL = ("files", "hdf5", "ffcv", "dali")
 
 
 def expand(names: tuple[str, ...] | list[str]) -> list[str]:
@@ -19,11 +22,11 @@ def expand(names: tuple[str, ...] | list[str]) -> list[str]:
     out: list[str] = []
     for name in names:
         if name == "all":
-            out += [f for f in FORMATS if f not in out]
+            out += [f for f in ALL if f not in out]
         elif name in FORMATS:
             out += [name] if name not in out else []
         else:
-            raise ValueError(f"unknown format {name!r}; valid: {', '.join(FORMATS)}, all")
+            raise ValueError(f"unknown format {name!r}; valid: {', '.join(FORMATS)}, all ({', '.join(ALL)})")
     return out
 
 

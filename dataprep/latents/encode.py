@@ -181,7 +181,8 @@ class LatentEncoder:
         finite = np.concatenate([mine[s][1] for s in starts])
         if not finite.all():
             self._refuse(finite, q.chunk)
-        out = Chunk(np.concatenate([mine[s][0] for s in starts]), q.chunk.y, None, q.chunk.skipped)
+        x = np.concatenate([mine[s][0] for s in starts])
+        out = Chunk(x, q.chunk.y, None, q.chunk.skipped, q.chunk.names, q.chunk.text)
         self.collected += len(q.chunk)
         end = time.perf_counter()
         # from the previous chunk's result to this one's: the pace of the whole pipeline, waits for input included

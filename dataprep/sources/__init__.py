@@ -14,14 +14,16 @@ SOURCES = {
     "imagefolder": "dataprep.sources.imagefolder:ImageFolderSource",
     "kaggle": "dataprep.sources.kaggle:KaggleSource",
     "audio": "dataprep.sources.audio:AudioSource",
+    "webdataset": "dataprep.sources.webdataset:WebDatasetSource",
     "synthetic-images": "dataprep.sources.synthetic:SyntheticImages",
     "synthetic-audio": "dataprep.sources.synthetic:SyntheticAudio",
 }
-RESIZABLE = ("cifar10", "imagefolder", "kaggle")  # the image sources read from files
+RESIZABLE = ("cifar10", "imagefolder", "kaggle", "webdataset")  # the image sources read from files
 LAYOUTS = (
     "cifar10: cifar-10-batches-py/ (data_batch_1..5, test_batch, batches.meta) or its .tar.gz; "
     "imagefolder: a folder of .png/.jpg images, flat or in ROOT/[train|test/]<class>/...; "
-    "kaggle: ROOT/train/<id>.png + ROOT/trainLabels.csv; audio: a folder of .wav/.flac/.ogg clips"
+    "kaggle: ROOT/train/<id>.png + ROOT/trainLabels.csv; audio: a folder of .wav/.flac/.ogg clips; "
+    "webdataset: .tar shards (a folder of them, a brace pattern, or s3://), KEY.jpg|png|webp [+ KEY.cls, KEY.txt]"
 )
 
 
@@ -58,7 +60,9 @@ def build_source(
     if name == "auto":
         if path is None:
             raise InputError("--input is required unless --source is synthetic-images or synthetic-audio")
-        name = detect(path)
+        from .webdataset import is_webdataset
+
+        name = "webdataset" if is_webdataset(path) else detect(Path(path))
     if name not in SOURCES:
         raise InputError(f"unknown source {name!r}; valid: auto, {', '.join(SOURCES)}")
     module, cls = SOURCES[name].split(":")

@@ -32,6 +32,7 @@ class Chunk:
     length: np.ndarray | None = None  # (n,) int64, audio only: valid samples before zero padding
     skipped: list[dict] = field(default_factory=list)  # [{"path", "error"}] dropped under on_bad_file=skip
     names: list[Path] | None = None  # each sample's file, where it has one: named in errors found after decoding
+    text: list[str] | None = None  # each sample's caption, where the source has them (only the stream format keeps it)
 
     def __len__(self) -> int:
         return len(self.y)

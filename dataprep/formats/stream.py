@@ -1,0 +1,108 @@
+"""Streaming shards (`stream/`): LitData's optimized chunks, read by the `stream` loader from a local folder or from
+S3-compatible object storage (`dataprep convert --output s3://BUCKET/PREFIX` uploads the whole directory).
+
+    stream/index.json                 LitData's index: every chunk's file, size and sample count, the item format
+    stream/chunk-0-0.bin, ...         LitData's chunks of about SHARD_BYTES each, samples in manifest order
+
+Sample k (manifest order) is the item {"x": raw bytes, "y": label, ["length": valid samples], ["txt": caption]}:
+`x` is the little-endian bytes of the sample as every format stores it (uint8 HWC pixels, float32 clip, float16
+latent moments), reshaped on the reader's side from manifest["sample_shape"] and manifest["dtype"]: no encoder
+runs, as in the other formats. `txt` is the sample's caption where the source has one (WebDataset shards with a
+`txt` member); no other format keeps it, and training does not read it yet; the manifest's "schema" says whether
+it is there.
+
+Why LitData and these chunks: docs/DESIGN.md ("Data in object storage")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ..paths import inside
+from ..sources.base import Chunk
+from .base import DatasetMeta, FormatWriter
+
+DIRNAME = "stream"
+# one object per ~16 MiB: a GET that long hides 50 ms of latency at 1 GB/s (16 ms of transfer would not), while a
+# 50,000-image CIFAR set still makes 9 shards to shuffle and to deal out to ranks
+SHARD_BYTES = 16 << 20
+
+
+def item(chunk: Chunk, k: int) -> dict:
+    out = {"x": np.ascontiguousarray(chunk.x[k]).tobytes(), "y": int(chunk.y[k])}
+    if chunk.length is not None:
+        out["length"] = int(chunk.length[k])
+    if chunk.text is not None:
+        out["txt"] = chunk.text[k]
+    return out
+
+
+def decode(items: list[dict], manifest: dict) -> Chunk:
+    """LitData's items back to one Chunk: the stored bytes reshaped to the manifest's sample shape."""
+    shape, dtype = tuple(manifest["sample_shape"]), np.dtype(manifest["dtype"]).newbyteorder("<")
+    x = np.frombuffer(b"".join(it["x"] for it in items), dtype).reshape(len(items), *shape)
+    y = np.fromiter((it["y"] for it in items), np.int64, len(items))
+    length = np.fromiter((it["length"] for it in items), np.int64, len(items)) if "length" in items[0] else None
+    text = [it["txt"] for it in items] if "txt" in items[0] else None
+    return Chunk(x.astype(dtype.newbyteorder("=")), y, length, text=text)
+
+
+class StreamWriter(FormatWriter):
+    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
+        try:
+            from litdata.streaming.writer import BinaryWriter
+        except ImportError:
+            raise ValueError(
+                "the stream format needs the 'stream' extra (LitData): pip install -e '.[stream]'"
+            ) from None
+        super().__init__(out_dir, meta, workers, progress)
+        self.root = self.out_dir / DIRNAME
+        self.root.mkdir(parents=True)
+        self.writer = BinaryWriter(str(self.root), chunk_bytes=SHARD_BYTES)
+        self.count = 0
+
+    def write(self, chunk: Chunk, encoded: None = None) -> None:
+        for k in range(len(chunk)):
+            self.writer[self.count + k] = item(chunk, k)
+        self.count += len(chunk)
+
+    def finish(self) -> list[Path]:
+        self.writer.done()
+        self.writer.merge()
+        return sorted(p.relative_to(self.out_dir) for p in self.root.iterdir() if not p.name.startswith("."))
+
+
+def shard_folder(data_dir: Path) -> Path:
+    """DIR/stream, once it is known not to lead out of DIR (a symbolic link)."""
+    return inside(data_dir, DIRNAME, source=data_dir)
+
+
+def check_index(data_dir: Path, count: int) -> str | None:
+    """What is wrong with a local stream/index.json for `count` samples, if anything (sizes and hashes of the chunk
+    files are checked against the manifest elsewhere)."""
+    index = shard_folder(Path(data_dir)) / "index.json"
+    try:
+        chunks = json.loads(index.read_text())["chunks"]
+        total = sum(int(c["chunk_size"]) for c in chunks)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{index}: unreadable ({type(e).__name__}: {e})"
+    return None if total == count else f"{index}: {total} samples in its chunks, the manifest says {count}"
+
+
+def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
+    """Samples in manifest order through LitData's own reader (unshuffled, in this process)."""
+    from litdata import StreamingDataset
+
+    folder = shard_folder(Path(data_dir))
+    dataset = StreamingDataset(str(folder), shuffle=False, drop_last=False)
+    pending = []
+    for sample in dataset:
+        pending.append(sample)
+        if len(pending) == chunk_size:
+            yield decode(pending, manifest)
+            pending = []
+    if pending:
+        yield decode(pending, manifest)

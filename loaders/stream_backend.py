@@ -1,0 +1,260 @@
+"""Streaming shards through LitData, from a local folder or from S3-compatible object storage (`s3://BUCKET/PREFIX`,
+reached through AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY as any S3 client is).
+
+LitData does the work a streaming loader exists for: it downloads shards ahead of the reader (`max_pre_download`),
+keeps them in a local cache bounded by `cache_limit` (evicting what was read), shuffles (the order of shards, then
+every sample within its shard: a function of seed and epoch), deals shards to ranks and workers so that with
+drop_last every rank gets the same number of full batches, and resumes mid-epoch from a count of samples
+(`start_at`). gpufeed adds three things around it: the cache is a folder of this loader's own, removed by close(),
+at exit, or by the next loader once the process that made it is gone; every downloaded shard is checked against the
+manifest's sha256 before LitData reads it (a damaged shard fails naming its hash); and a worker that waits longer
+than `STALL_S` for a batch (a server gone for good) stops the run with the endpoint named instead of hanging.
+
+Knobs: workers -> LitData's DataLoader workers, each reading its own shards (unshuffled, one reader keeps the
+manifest's order: LitData hands each worker a contiguous part of it); pin_memory -> pin_memory; prefetch ->
+prefetch_factor, and shards downloaded ahead per worker (at least 2); cache_limit -> max_cache_size."""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .base import Batch, Loader, leave_stop_signals_to_the_parent, worker_errors
+
+HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
+# a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
+STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
+# LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
+# download never ends. This many attempts (boto3's standard mode: exponential backoff with jitter, at most 20 s a
+# wait) ride out a restart of a minute or two, then fail with the endpoint named
+ATTEMPTS = 10
+CONNECT_S, READ_S = 3.0, 60.0  # a live server connects in milliseconds; a 16 MiB shard at 1 MB/s arrives in pieces
+TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
+DEFAULT_CACHE = "GPUFEED_STREAM_CACHE"  # where the cache folders go (default: the system's temporary folder)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(DEFAULT_CACHE) or Path(tempfile.gettempdir()) / "gpufeed-stream")
+
+
+def remove_stale_caches(root: Path) -> None:
+    """Cache folders of loaders whose process has ended (killed before close()): `cache-PID-...`."""
+    for folder in root.glob("cache-*-*"):
+        pid = folder.name.split("-")[1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checking_downloader():
+    """LitData's S3 downloader, checking each shard's sha256 (listed in HASHES above the cache) before publishing it
+    to the reader: LitData itself trusts whatever bytes arrive."""
+    from litdata.streaming.downloader import S3Downloader
+
+    class CheckingS3Downloader(S3Downloader):
+        def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
+            name = os.path.basename(local_filepath)
+            expected = _expected_hashes(Path(local_filepath).parent).get(name)
+            if expected is not None:
+                got = _sha256(tmp_path)
+                if got != expected:
+                    os.remove(tmp_path)
+                    from .integrity import DamagedDataError
+
+                    raise DamagedDataError(f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, the manifest says "
+                                           f"{expected}; restore it or convert the data again (dataprep verify "
+                                           f"{self._remote_dir.rsplit('/', 1)[0]} checks every shard)")  # fmt: skip
+            super()._publish_file(tmp_path, local_filepath)
+
+    return CheckingS3Downloader
+
+
+def plain_http_through_boto3() -> None:
+    """LitData fetches shards with obstore when it is installed, and builds obstore's S3 store without `allow_http`:
+    against a plain-http endpoint (SeaweedFS or MinIO on a private network) every GET fails ("BadScheme"). LitData
+    falls back to boto3 in a process it believes forked after obstore started (its `_OBSTORE_INIT_PID`); marking
+    this process so takes that path. Run at import, so DataLoader workers started by spawn or forkserver, which import
+    this module for `collate`, take it too. Without that attribute (another LitData) nothing changes: https works."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
+    if endpoint.startswith("http://"):
+        import litdata.streaming.downloader as downloader
+
+        if hasattr(downloader, "_OBSTORE_INIT_PID"):
+            downloader._OBSTORE_INIT_PID = -1
+
+
+def client_config():
+    """boto3's Config for LitData's S3 client: bounded retries with backoff and timeouts (see ATTEMPTS)."""
+    from botocore.config import Config
+
+    return Config(
+        connect_timeout=CONNECT_S, read_timeout=READ_S, retries={"mode": "standard", "max_attempts": ATTEMPTS}
+    )
+
+
+def _expected_hashes(folder: Path) -> dict:
+    for parent in (folder, *folder.parents):
+        if (parent / HASHES).is_file():
+            return json.loads((parent / HASHES).read_text())
+    return {}
+
+
+def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths)."""
+    x = torch.from_numpy(np.frombuffer(b"".join(it["x"] for it in items), np.uint8).reshape(len(items), -1).copy())
+    y = torch.tensor([it["y"] for it in items], dtype=torch.int64)
+    length = torch.tensor([it["length"] for it in items], dtype=torch.int64) if "length" in items[0] else None
+    return x, y, length
+
+
+plain_http_through_boto3()
+
+
+class StreamLoader(Loader):
+    def __init__(self, data_dir, manifest, opts, location: str | None = None) -> None:
+        super().__init__(data_dir, manifest, opts)
+        self.location = location or str(self.data_dir)  # s3://BUCKET/PREFIX, or the local directory
+        self.remote = self.location.startswith("s3://")
+        self.shape = (*manifest["sample_shape"],)
+        self.dtype = np.dtype(manifest["dtype"])
+        self.cache = None
+        self._dl, self._start = None, 0
+        self._open()
+        self._length = len(self._dl)  # kept for after close()
+
+    def _open(self) -> None:
+        from litdata import StreamingDataLoader, StreamingDataset
+        from litdata.streaming.downloader import register_downloader
+        from litdata.utilities.env import _DistributedEnv
+
+        o = self.opts
+        root = cache_root()
+        root.mkdir(parents=True, exist_ok=True)
+        remove_stale_caches(root)
+        self.cache = Path(tempfile.mkdtemp(prefix=f"cache-{os.getpid()}-", dir=root))
+        atexit.register(shutil.rmtree, self.cache, True)  # also when close() is never called
+        files = self.manifest["formats"]["stream"].get("files", [])
+        (self.cache / HASHES).write_text(json.dumps({Path(f["path"]).name: f["sha256"] for f in files}))
+        register_downloader("s3://", checking_downloader(), overwrite=True)
+        source = f"{self.location.rstrip('/')}/stream" if self.remote else str(self.data_dir / "stream")
+        self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
+        dataset = self._guarded(StreamingDataset,
+            source, cache_dir=str(self.cache), shuffle=o.shuffle, drop_last=o.drop_last, seed=o.seed,
+            max_cache_size=o.cache_limit, max_pre_download=max(2, o.prefetch), item_shuffle_window=0,
+            storage_options={"config": client_config()} if self.remote else None,
+        )  # fmt: skip
+        # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
+        dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
+        self._dl = StreamingDataLoader(
+            dataset, batch_size=o.batch_size, num_workers=self.workers, collate_fn=collate, pin_memory=self.pin,
+            drop_last=o.drop_last, prefetch_factor=o.prefetch if self.workers else None,
+            persistent_workers=False, multiprocessing_context=o.mp_context if self.workers else None,
+            worker_init_fn=leave_stop_signals_to_the_parent, timeout=STALL_S if self.workers else 0,
+        )  # fmt: skip
+
+    def _guarded(self, fn, *args, **kwargs):
+        """LitData's S3 errors (it reads the index as it is built) as one line naming the store and the fix."""
+        from dataprep.remote import S3Url, explain, from_s3_client
+
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if not (self.remote and from_s3_client(e)):
+                raise
+            from .errors import LoaderError
+
+            raise LoaderError(str(explain(e, S3Url.parse(self.location), "stream/index.json"))) from None
+
+    def __len__(self) -> int:
+        if self._dl is not None:
+            self._length = len(self._dl)
+        return self._length
+
+    def start_at(self, position: int) -> None:
+        """Begin the next iteration (of the epoch set_epoch chose) at batch `position`, without reading the batches
+        before it: LitData skips the samples a count says were consumed, shard by shard."""
+        self._start = position
+
+    def _resume(self) -> None:
+        o, dl = self.opts, self._dl
+        dataset = dl.dataset
+        dataset.reset_state_dict()
+        dataset.set_epoch(self.epoch + 1)
+        dl.current_epoch = self.epoch  # LitData counts epochs from 1 and adds one as an iteration starts
+        if self._start == 0:
+            return
+        n = self._start * o.batch_size
+        state = {"dataset": dataset.state_dict(n, self.workers, o.batch_size), "current_epoch": self.epoch + 1,
+                 "num_samples_yielded": n, "latest_worker_idx": (self._start - 1) % max(1, self.workers)}  # fmt: skip
+        dl.load_state_dict(state)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._resume()
+        first, self._start = self._start, 0
+        return self._batches(first)
+
+    def _batches(self, first: int) -> Iterator[Batch]:
+        """The DataLoader draws its workers' seed from torch's global RNG as its first batch is asked for; that draw
+        is undone, so a resumed run (which restores the RNG before its first batch) trains on the noise an
+        uninterrupted one does: the loader leaves torch's RNG as it found it."""
+        o = self.opts
+        with worker_errors("stream", self.location), stalled(self.location):
+            rng = torch.get_rng_state()
+            batches = iter(self._dl)
+            head = next(batches, None)
+            torch.set_rng_state(rng)
+            if head is None:
+                return
+            for i, (x, y, _length) in enumerate(itertools.chain([head], batches), start=first):
+                x = (
+                    x.view(TORCH_DTYPES[self.dtype.name])
+                    .reshape(len(y), *self.shape)
+                    .to(o.device, non_blocking=self.pin)
+                )
+                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
+
+    def close(self) -> None:
+        dl, self._dl = self._dl, None
+        if dl is not None and getattr(dl, "_iterator", None) is not None:
+            dl._iterator._shutdown_workers()
+            dl._iterator = None
+        if self.cache is not None:
+            shutil.rmtree(self.cache, ignore_errors=True)
+            self.cache = None
+
+
+class stalled:  # noqa: N801 - used as a context manager, like worker_errors
+    """A DataLoader timeout (no batch for STALL_S seconds) as a LoaderError naming the store."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is RuntimeError and "DataLoader timed out" in str(error):
+            from .errors import LoaderError
+
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
+            raise LoaderError(f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
+                              f"{endpoint}: the store stopped answering; continue with --resume once it is back"
+                              )  # fmt: skip
+        return False

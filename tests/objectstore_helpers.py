@@ -1,0 +1,42 @@
+"""The object store the stream tests share (conftest's `seaweed` fixture): a SeaweedFS server and fresh buckets."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from bench.objectstore.seaweed import SeaweedServer
+
+_names = itertools.count()
+
+
+class TestStore:
+    __test__ = False  # not a test class, whatever its name
+
+    def __init__(self, directory: Path) -> None:
+        self.server = SeaweedServer(directory)
+
+    def __enter__(self) -> TestStore:
+        self.server.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.stop(kill=True)
+
+    def client(self):
+        import boto3
+
+        return boto3.client("s3", **{"endpoint_url": self.server.endpoint, "region_name": self.server.region,
+                                     "aws_access_key_id": self.server.access_key,
+                                     "aws_secret_access_key": self.server.secret_key})  # fmt: skip
+
+    def bucket(self) -> str:
+        name = f"test-{next(_names):04d}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def restart(self) -> None:
+        """Bring a killed (or stopped) server back on the same ports and data."""
+        if self.server.process is None or self.server.process.poll() is not None:
+            self.server.process = None
+            self.server.start()
