@@ -17,6 +17,7 @@ checkpoint and at the end the exchange is waited for, so no rank writes or leave
 from __future__ import annotations
 
 import math
+import signal
 
 import torch
 
@@ -26,7 +27,7 @@ from .stopping import StopOnSignal
 KINDS = {1: "the loss is nan", 2: "the loss is inf", 3: "the loss is -inf", 4: "the weights hold a non-finite value"}
 FIX = (
     "look for a non-finite value in the data (one sample is enough: `dataprep verify` compares every file with its "
-    "digest) or an unstable setting (a high --lr, no --grad-clip), fix it, then continue with --resume"
+    "digest) or an unstable setting (a high --lr, no --grad-clip)"
 )
 
 
@@ -60,6 +61,7 @@ class Guard:
         self.first: tuple[int, int, str] | None = None  # (step, kind, detail) of the first non-finite value here
         self._group = torch.distributed.new_group(backend="gloo") if info.enabled else None
         self._sent: tuple[object, torch.Tensor] | None = None  # the exchange under way, and its table
+        self.stopped_by: str | None = None  # the stop signal some rank received, once every rank knows it
 
     def loss(self, step: int, value: float) -> None:
         """The loss of `step`, as the loop read it."""
@@ -83,16 +85,19 @@ class Guard:
         value. Under DDP the answer is the previous call's exchange, or with `wait` this one's, the same on every
         rank; every rank must make the same calls."""
         step, kind = (self.first[0], self.first[1]) if self.first else (0, 0)
-        mine = [1.0 if self.stop.received else 0.0, float(step), float(kind)]
-        rows = [mine] if not self.info.enabled else self._exchange(mine, wait)
+        signum = signal.Signals[self.stop.received].value if self.stop.received else 0
+        rows = [[signum, step, kind]] if not self.info.enabled else self._exchange([signum, step, kind], wait)
         if rows is None:
             return False
         bad = sorted((int(row[1]), rank, int(row[2])) for rank, row in enumerate(rows) if row[2])
         if bad:
             self._raise(*bad[0])
-        return any(row[0] for row in rows)
+        received = [int(row[0]) for row in rows if row[0]]
+        if received and self.stopped_by is None:  # the signal one rank got stops them all
+            self.stopped_by = signal.Signals(received[0]).name
+        return bool(received)
 
-    def _exchange(self, mine: list[float], wait: bool) -> list[list[float]] | None:
+    def _exchange(self, mine: list[int], wait: bool) -> list[list[float]] | None:
         """Every rank's row: each fills its own row of a zeroed table and one sum assembles it."""
         answer = None
         if self._sent is not None:
@@ -120,6 +125,6 @@ class Guard:
         what = self.first[2] if mine else KINDS[kind]  # the rank that saw it knows the value, or which tensors
         where = f" on rank {rank}" if self.info.enabled and kind != 4 else ""
         raise NonFiniteError(
-            f"step {step}: {what}{where}; training stopped before writing it into a checkpoint "
-            f"({self.stop.last_checkpoint}): {FIX}"
+            f"step {step}: {what}{where}; training stopped before writing it into a checkpoint: "
+            f"{self.stop.left()} once the cause is fixed: {FIX}"
         )

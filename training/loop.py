@@ -311,7 +311,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         wall_s=time.perf_counter() - t_start,
         backend=backend,
         param_checksum=checksum,
-        stopped_by=stop.received,
+        stopped_by=guard.stopped_by or stop.received,
         compile=compiled.to_dict() if compiled is not None else {},
         config=train_dict,
         loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},

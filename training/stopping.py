@@ -43,7 +43,7 @@ class StopOnSignal:
 
     def __init__(self, grace_s: float = GRACE_S) -> None:
         self.received: str | None = None
-        self.last_checkpoint = "no checkpoint was written by this run"
+        self.last_checkpoint: str | None = None  # "RUN_DIR/ckpt.pt (step N) is ...": what a stop leaves
         self.grace_s = grace_s
         self._previous: dict = {}
         self._returned = threading.Event()  # the loop is done: a hard stop would only cut the process's shutdown
@@ -51,6 +51,12 @@ class StopOnSignal:
         self._wakeup: tuple[int, int] | None = None  # the pipe the C-level handler writes signal numbers to
         self._watchdog: threading.Thread | None = None
         self._old_wakeup = -1
+
+    def left(self) -> str:
+        """What an early end leaves, and how to go on from it."""
+        if self.last_checkpoint is None:
+            return "no checkpoint was written by this run: start it again"
+        return f"{self.last_checkpoint}; continue with --resume"
 
     def _handle(self, signum, frame) -> None:
         self.received = self.received or signal.Signals(signum).name
@@ -113,7 +119,7 @@ class StopOnSignal:
             line = (
                 f"{rank}stopped by {name}: the run could not stop at a step boundary within {self.grace_s:.0f} s "
                 "(a long step, or one waiting on a file, another rank or the device), so it ends without a new "
-                f"checkpoint; {self.last_checkpoint}; continue with --resume\n"
+                f"checkpoint; {self.left()}\n"
             )
             os.write(2, line.encode())  # not sys.stderr: the main thread may hold its lock
         os._exit(128 + signum)
