@@ -40,7 +40,7 @@ from pathlib import Path
 import psutil
 import torch
 
-from .atomic import remove_stale, stale_pattern, written
+from .atomic import remove_stale, written
 from .trusted import Untrusted, check_folder, make_private_dirs, open_trusted
 
 FORMAT = "gpufeed-compile-cache-1"  # the first line of every file; bump when the layout changes
@@ -97,10 +97,10 @@ class CompileCache:
             self.note = f"none yet for this run shape in {self.directory}: compiling, then saving them there"
             return False
         except (Untrusted, OSError) as e:
-            self.refused = str(e)
-            self.note = f"not used: {e}; {TRUST}; compiling anew, and saving nothing there"
+            self.refused = str(e) if isinstance(e, Untrusted) else f"{self.directory}: {e.strerror or e}"
+            self.note = f"not used: {self.refused}; {TRUST}; compiling anew, and saving nothing there"
             return False
-        removed = remove_stale(self.directory, stale_pattern("*.bin"), "compile cache file")
+        removed = remove_stale(self.directory, ".*.bin.tmp-*", "compile cache file")
         self.note = "".join(f"{line}; " for line in removed)
         try:
             header, payload = _read(self.directory, self.path.name)

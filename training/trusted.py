@@ -51,11 +51,10 @@ def _open(name: str | Path, dir_fd: int | None, flags: int, path: Path) -> int:
     try:
         return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as e:
-        if e.errno == errno.ELOOP:  # O_NOFOLLOW met a link
-            raise Untrusted(f"{path} is a symbolic link") from None
-        if e.errno == errno.ENOTDIR:
-            raise Untrusted(f"{path} is not a folder") from None
-        raise
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # what O_NOFOLLOW and O_DIRECTORY refuse
+            raise
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+        raise Untrusted(f"{path} is {_kind(mode)}" + ("" if stat.S_ISLNK(mode) else ", not a folder")) from None
 
 
 def _folders(root: Path, relative: str) -> int:
