@@ -107,14 +107,28 @@ def test_one_nan_in_one_latent_stops_the_resume_and_keeps_the_checkpoint(latents
     assert not list(out.glob(".*tmp*"))
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_a_fresh_run_writes_no_checkpoint_after_the_first_non_finite_loss(latents, tmp_path, value):
-    """A checkpoint every step from the start: the ones written before the bad step are finite, none after it."""
+ON_GPU = {"device": "cuda", "precision": "bf16"}
+RUNS = {
+    "nan": (float("nan"), {}),
+    "inf": (float("inf"), {}),
+    "cuda": (float("nan"), ON_GPU),
+    "cuda-compiled": (float("nan"), ON_GPU | {"compile": True, "compile_mode": "reduce-overhead"}),
+}
+
+
+@pytest.mark.parametrize(
+    "run", [p if not p.startswith("cuda") else pytest.param(p, marks=pytest.mark.gpu) for p in RUNS]
+)
+def test_a_fresh_run_writes_no_checkpoint_after_the_first_non_finite_loss(latents, tmp_path, run):
+    """A checkpoint every step from the start: the ones written before the bad step are finite, none after it. On a
+    GPU the loss comes through the pinned copy read a step late, also from CUDA graphs."""
+    value, options = RUNS[run]
     data, out = tmp_path / "data", tmp_path / "run"
     shutil.copytree(latents, data)
     poison(data, "hdf5", index=0, value=value)
+    cfg = tiny_cfg(data, out, model="dit_tiny", batch_size=BATCH, steps=40, ckpt_every=1, log_every=1000)
     with pytest.raises(NonFiniteError, match=r"step \d+: the loss is (nan|inf)") as caught:
-        main(tiny_cfg(data, out, model="dit_tiny", batch_size=BATCH, steps=40, ckpt_every=1, log_every=1000))
+        main(dataclasses.replace(cfg, **options))
     bad = int(re.search(r"step (\d+)", str(caught.value))[1])
     assert bad <= COUNT // BATCH
     if (out / CKPT_NAME).exists():

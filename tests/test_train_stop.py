@@ -135,6 +135,7 @@ def test_between_steps_a_signal_checkpoints_and_exits_within_5_s(data, tmp_path,
     while logged_steps(out) < 3 and time.monotonic() < deadline and run.proc.poll() is None:
         time.sleep(0.05)
     took = run.signal_and_time(sig)
+    print(f"graceful {signal.Signals(sig).name}: exited {took:.2f} s after the signal")
     assert run.proc.returncode == 128 + sig, run.err[-3000:]
     assert took < DEADLINE_S and "continue with --resume" in run.err and "Traceback" not in run.err
     assert torch.load(out / CKPT_NAME, weights_only=True)["step"] == logged_steps(out)
@@ -155,6 +156,7 @@ def test_blocked_in_open_of_a_fifo_it_still_exits_within_5_s(data, tmp_path, sig
     time.sleep(0.5)  # inside open() now
     before = digest(out / CKPT_NAME)
     took = run.signal_and_time(sig)
+    print(f"blocked on a FIFO, {signal.Signals(sig).name}: exited {took:.2f} s after the signal")
     assert run.proc.returncode == 128 + sig and took < DEADLINE_S, (took, run.err[-3000:])
     name = signal.Signals(sig).name
     assert f"stopped by {name}: the run could not stop at a step boundary within 4 s" in run.err
@@ -191,6 +193,7 @@ def test_a_long_first_compiled_step_stops_within_5_s(data, tmp_path):
     time.sleep(1.0)
     children = psutil.Process(run.proc.pid).children(recursive=True)
     took = run.signal_and_time(signal.SIGTERM)
+    print(f"compiling, SIGTERM: exited {took:.2f} s after the signal")
     assert run.proc.returncode == 143 and took < DEADLINE_S, (took, run.err[-3000:])
     assert "could not stop at a step boundary" in run.err and "no checkpoint was written by this run" in run.err
     assert not (out / CKPT_NAME).exists() and not no_partial_files(out, cache)
@@ -221,6 +224,7 @@ def test_under_torchrun_every_rank_stops_at_one_step_within_5_s(data, tmp_path, 
     (run.proc if target == "torchrun" else ranks[1]).send_signal(signal.SIGTERM)
     gone, _ = psutil.wait_procs(ranks, timeout=30)
     took = time.monotonic() - t0
+    print(f"torchrun, SIGTERM to {target}: both ranks gone {took:.2f} s after the signal")
     run.proc.wait(timeout=60)
     run.reader.join(timeout=10)
     assert len(gone) == 2 and took < DEADLINE_S, (took, run.err[-3000:])
