@@ -145,13 +145,22 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     if summary.stopped_by:
         saved = f"checkpoint in {cfg.out}; continue with --resume" if cfg.ckpt_every else "not saved (--ckpt-every 0)"
         click.echo(f"stopped by {summary.stopped_by} at step {summary.start_step + summary.steps}; {saved}", err=True)
-        sys.exit(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
+        _exit_now(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
     from .summary import lines, record, write
 
     rec = record(summary.to_dict(), cfg.out)
     if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 speaks for the run
         write(cfg.out, rec)
         click.echo(json.dumps(rec, indent=1, default=str) if as_json else "\n".join(lines(rec)))
+
+
+def _exit_now(code: int) -> None:
+    """End the process after a stop: the run is saved, its loader and process group closed. The interpreter's own
+    shutdown (torch's exit handlers, freeing every module) took 3-5 s more on a busy machine, past the 5 s a stop
+    promises, and no watchdog thread can act while it runs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _usable_cache(given: Path | None) -> None:

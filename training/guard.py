@@ -114,12 +114,6 @@ class Guard:
             answer = table.tolist()
         return answer
 
-    def close(self) -> None:
-        """Wait for the exchange under way, so no rank leaves the group with one pending."""
-        if self._sent is not None:
-            self._sent[0].wait()
-            self._sent = None
-
     def _raise(self, step: int, rank: int, kind: int) -> None:
         mine = self.first is not None and self.first[:2] == (step, kind)
         what = self.first[2] if mine else KINDS[kind]  # the rank that saw it knows the value, or which tensors
