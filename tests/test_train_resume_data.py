@@ -1,7 +1,7 @@
 """`--resume` goes on with the data and the autoencoder the checkpoint was trained on, or says which differ: other
 samples, latents made by another autoencoder, another `--vae` (by its weights, also under the same name); a copied
 directory is the same data; `--resume-other-data` goes on anyway and the checkpoint records it; a checkpoint from
-before the record resumes with a note."""
+before the record resumes with a note. Sample grids decode only through the autoencoder that made the latents."""
 
 from __future__ import annotations
 
@@ -139,3 +139,21 @@ def test_a_checkpoint_from_before_the_record_resumes_with_a_note(synthetic_image
 def test_resume_other_data_goes_with_resume(synthetic_images, tmp_path):
     done = CliRunner().invoke(train, cli_args(synthetic_images(64), tmp_path / "run", 2, "--resume-other-data"))
     assert done.exit_code == 2 and "--resume-other-data goes with --resume" in done.output
+
+
+def test_sample_grids_never_decode_through_another_autoencoder_of_the_same_name(image_vae, other_vae, tmp_path, capsys):
+    """The manifest's autoencoder path now holds other weights: the grid shows the latent channels and says why, once,
+    rather than images decoded by the wrong autoencoder."""
+    from PIL import Image
+
+    vae = tmp_path / "vae"
+    shutil.copytree(image_vae, vae)
+    data = encoded(vae, tmp_path / "data")
+    shutil.rmtree(vae)
+    shutil.copytree(other_vae, vae)
+    cfg = tiny_cfg(data, tmp_path / "run", model="dit_tiny", steps=4, sample_every=2, sample_count=4, sample_steps=3)
+    main(cfg)
+    with Image.open(tmp_path / "run" / "samples" / "step0000004.png") as im:
+        assert im.size == (2 * 16 + 3 * 2, 2 * 16 + 3 * 2)  # latent channels, not 32x32 images
+    err = capsys.readouterr().err
+    assert err.count(f"samples: showing latent channels, not images: {vae} is not the autoencoder that made") == 1

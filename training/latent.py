@@ -60,12 +60,24 @@ class Preview:
 
     def _decoder(self):
         if self.vae is None and not self.failed:
-            name = self.spec.manifest["latent"]["vae"]["name"]
+            made_by = self.spec.manifest["latent"]["vae"]
             try:
-                self.vae = load_vae(name, self.device)
+                vae = load_vae(made_by["name"], self.device)
             except VaeError as e:
                 print(f"samples: showing latent channels, not images: {e}", file=sys.stderr)
                 self.failed = True
+                return None
+            found, recorded = vae.identity["sha256"], made_by.get("sha256")
+            if recorded and found != recorded:  # the same name, other weights: its images would be wrong
+                why = f"its weights hash to {found[:16]}..., the manifest records {str(recorded)[:16]}..."
+                print(
+                    f"samples: showing latent channels, not images: {made_by['name']} is not the autoencoder that "
+                    f"made these latents ({why})",
+                    file=sys.stderr,
+                )
+                self.failed = True
+                return None
+            self.vae = vae
         return self.vae
 
     @torch.no_grad()
