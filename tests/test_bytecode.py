@@ -70,3 +70,26 @@ def test_nothing_is_done_where_bytecode_is_kept(package, tmp_path):
     report = probe(package, tmp_path / "compile-cache")
     assert report["note"] is None and not (tmp_path / "compile-cache").exists()
     assert has_bytecode("no_such_package_here")  # nothing installed: nothing to keep
+
+
+@pytest.mark.parametrize("damage", ["a file of another user", "a FIFO", "a group-writable folder"])
+def test_bytecode_another_user_could_have_written_is_not_read(package, tmp_path, damage):
+    """Bytecode is code: where the tree holds a file of another uid, a FIFO (which an import would wait on for ever)
+    or a folder its group can write, the interpreter keeps no bytecode there, says why, and imports from the
+    sources. The folder it makes is private."""
+    cache = tmp_path / "compile-cache"
+    probe(package, cache)
+    (folder,) = cache.glob("bytecode-*")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    (pyc,) = folder.glob("**/probe_pkg/__init__.*.pyc")
+    if damage == "a file of another user":
+        os.chown(pyc, 4321, 4321)
+    elif damage == "a FIFO":
+        pyc.unlink()
+        os.mkfifo(pyc)
+    else:
+        pyc.parent.chmod(0o775)
+    report = probe(package, cache)
+    assert report["value"] == 42 and report["env"] is None
+    note = report["note"]
+    assert note.startswith(f"Python bytecode not kept in {folder}: ") and "imports stay slow" in note

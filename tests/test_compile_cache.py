@@ -135,12 +135,14 @@ def doctored(saved, tmp_path: Path, **environment) -> CompileCache:
 
 
 @pytest.mark.slow
-def test_unwritable_cache_costs_the_next_run_not_this_one(saved, tmp_path):
-    """A compile cache "directory" that is a file: the process compiles, runs on, and says why nothing was saved."""
+def test_unusable_cache_costs_the_next_run_not_this_one(saved, tmp_path):
+    """A compile cache "directory" that is a file: the process compiles, runs on, and says in one note why the cache
+    is not used (`train` refuses such a path before it starts: tests/test_compile_cache_trust.py)."""
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("a file where the cache folder should be")
     report = probe(blocked, saved[0].parent / "local-cold")  # that local cache holds the kernels: no build again
-    assert report["saved"] is None and str(blocked) in report["error"]
+    assert report["saved"] is None and report["error"] is None
+    assert report["note"].startswith(f"not used: {blocked}: Not a directory; ") and "compiling anew" in report["note"]
 
 
 @pytest.mark.slow
@@ -239,3 +241,33 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
     assert "(the traced program found in caches, 0 built)" in log
     assert second["caches"] == {"dynamo_cache_hit": 1} and second["cache"]["loaded"]["inductor"] >= 2
     assert "backend_compile" not in second["phases_s"] and "entire_backward_compile" not in second["phases_s"]
+
+
+@pytest.mark.slow
+def test_what_it_saves_is_private(saved):
+    """The folder the first process created is readable and writable by its user alone, and so is the file."""
+    directory = saved[0]
+    (path,) = directory.glob("probe-*.bin")
+    assert directory.stat().st_mode & 0o777 == 0o700 and path.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("owner", ["another user", "group-writable"])
+def test_a_file_another_user_could_have_written_never_reaches_torch(saved, tmp_path, monkeypatch, owner):
+    """A real cache file owned by another uid, or writable by its group, is not handed to torch, whose loading would
+    copy its artifacts into the local Inductor cache (where later runs, even with --no-compile-cache, find them): the
+    local cache stays empty and the note says why. The same file, made this user's alone, loads and fills it."""
+    local = tmp_path / "local"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(local))
+    cache = doctored(saved, tmp_path / "cache")
+    if owner == "another user":
+        os.chown(cache.path, 4321, 4321)
+    else:
+        cache.path.chmod(0o664)
+    assert not cache.load() and not cache.loaded
+    why = "belongs to uid 4321, not to you" if owner == "another user" else "can be written by its group (mode 0664)"
+    assert f"{cache.path} not loaded: {cache.path} {why}" in cache.note and "compiling anew" in cache.note
+    assert not local.exists() or not any(p.is_file() for p in local.rglob("*"))
+    os.chown(cache.path, os.geteuid(), os.getegid())
+    cache.path.chmod(0o600)
+    assert cache.load() and any(p.is_file() for p in local.rglob("*"))

@@ -90,8 +90,10 @@ def test_a_stop_signal_checkpoints_and_exits_cleanly(cifar_small, tmp_path, load
     opts = f"--loader {loader} --model tiny --batch-size 8 --steps 100000 --precision fp32 --device cpu"
     opts += f" --workers {workers} --no-pin-memory --sample-every 0 --log-every 1 --ckpt-every 100000 --no-progress"
     args = ["--data", str(cifar_small), "--out", str(out), *opts.split()]
+    # one thread: OpenMP's spinning threads on a loaded machine stretched a tiny step past the 4 s a stop may take
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "training", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)  # fmt: skip
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         metrics = out / "metrics.jsonl"

@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from .trusted import Untrusted, check_folder, check_tree, make_private_dirs
+
 
 def has_bytecode(package: str = "torch") -> bool:
     """Whether this interpreter can find or write the bytecode of `package`'s modules beside their sources."""
@@ -30,14 +32,22 @@ def has_bytecode(package: str = "torch") -> bool:
 
 def keep_bytecode(compile_cache: Path, package: str = "torch") -> str | None:
     """Where `package`'s bytecode is neither found nor written, write all bytecode (this process's and its
-    children's) under `compile_cache`/bytecode-<python>; returns a line saying so, None where nothing was needed."""
+    children's) under `compile_cache`/bytecode-<python>; returns a line saying so, None where nothing was needed.
+    Bytecode is code Python runs: the folder is used only where everything in it is this user's alone
+    (training.trusted), else the line says why and Python compiles the sources as it would without it."""
     if has_bytecode(package):
         return None
     folder = compile_cache / f"bytecode-{sys.implementation.cache_tag}"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        if compile_cache.is_dir():  # an unsafe cache folder gets nothing new inside it
+            check_folder(compile_cache)
+        make_private_dirs(folder)
+        check_tree(compile_cache, folder.name)
+    except Untrusted as e:
+        why = "it is code that runs when imported, so only yours, in folders no one else can write, is read"
+        return f"Python bytecode not kept in {folder}: {e}; {why}: imports stay slow"
     except OSError as e:
-        return f"Python writes no bytecode here and {folder} cannot hold it ({e.strerror}): imports stay slow"
+        return f"Python writes no bytecode here and {folder} cannot hold it ({e.strerror or e}): imports stay slow"
     sys.pycache_prefix, sys.dont_write_bytecode = str(folder), False
     # the compiler's workers and the loader's processes are new interpreters: they read the bytecode there too, and
     # leave the writing to this process (where PYTHONDONTWRITEBYTECODE says so), which imports what they import

@@ -10,7 +10,6 @@ Not with the `dali` loader, whose reader draws its own order: a resumed DALI run
 from __future__ import annotations
 
 import json
-import os
 import random
 from pathlib import Path
 
@@ -18,6 +17,9 @@ import numpy as np
 import torch
 
 from dataprep.paths import OutsideError, inside
+
+from .atomic import remove_stale, stale_pattern, written
+from .guard import nonfinite
 
 CKPT_NAME = "ckpt.pt"
 RUN_FIX = "restore a good copy or start a new --out"
@@ -65,12 +67,67 @@ def save_checkpoint(path: Path, state: dict) -> None:
     """Write `state` to `path` atomically: a crash mid-write leaves the previous checkpoint intact."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with written(path) as tmp:
         torch.save({"format": FORMAT, **state}, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+
+def remove_leftovers(run_dir: Path) -> list[str]:
+    """The temporary checkpoints of writers killed mid-write (`.ckpt.pt.tmp-PID`), removed; a line for each."""
+    return remove_stale(run_dir, stale_pattern(CKPT_NAME), "checkpoint")
+
+
+def data_identity(data: Path, manifest: dict | None, vae: dict | None) -> dict | None:
+    """What a run trains on, as its checkpoint records it: the data's digest and count, for latents the autoencoder
+    that made them, for `--vae` the one that encodes in the step (identified by the hash of its weights). `path` is
+    for messages only: a copied directory is the same data. None for a loader given without a prepared directory."""
+    if manifest is None:
+        return None
+    ident = {"path": str(data), "digest": (manifest.get("digest") or {}).get("total"), "count": manifest.get("count")}
+    made_by = ((manifest.get("latent") or {}).get("vae")) or None
+    for key, source in (("latent_vae", made_by), ("vae", vae)):
+        if source:
+            ident[key] = {"name": source.get("name"), "sha256": source.get("sha256")}
+    return ident
+
+
+def check_data(path: Path, saved: dict | None, now: dict | None, other_data: bool) -> str | None:
+    """CheckpointError where the checkpoint was trained on other data or through another autoencoder than `now`,
+    naming both, unless `other_data` (--resume-other-data); a line for the log where that flag applies or the
+    checkpoint predates the record; None where they are the same."""
+    if now is None:
+        return None
+    if saved is None:
+        return (
+            f"{path} was written before checkpoints recorded their data: resuming without checking that --data "
+            "(and --vae) are the ones it was trained on"
+        )
+    differ = []
+    if (saved.get("digest"), saved.get("count")) != (now.get("digest"), now.get("count")):
+        differ.append(f"it was trained on {_data(saved)}, this run's --data is {_data(now)}")
+    for key, what in (("latent_vae", "latents made by the autoencoder"), ("vae", "--vae")):
+        before, after = saved.get(key) or {}, now.get(key) or {}
+        if before.get("sha256") != after.get("sha256"):
+            differ.append(f"{what} {_vae(before)} then, {_vae(after)} now")
+    if not differ:
+        return None
+    if other_data:
+        return f"resuming on other data, as --resume-other-data asks: {'; '.join(differ)}"
+    raise CheckpointError(
+        f"{path}: {'; '.join(differ)}. Resume with the data and autoencoder it was trained on, "
+        "or pass --resume-other-data to go on with these"
+    )
+
+
+def _data(ident: dict) -> str:
+    count = ident.get("count")
+    count = f"{count:,}" if isinstance(count, int) else "?"
+    return f"{ident.get('path')} ({count} samples, digest {str(ident.get('digest'))[:16]}...)"
+
+
+def _vae(ident: dict) -> str:
+    if not ident:
+        return "none"
+    return f"{ident.get('name')} (sha256 {str(ident.get('sha256'))[:16]}...)"
 
 
 def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> dict:
@@ -101,6 +158,13 @@ def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> di
             f"{path}: saved for a different model (field: saved vs requested) {diff}; "
             f"pass --model {state['train_config'].get('model')} or start a new --out"
         )
+    bad = _nonfinite(state)
+    if bad:
+        names = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise CheckpointError(
+            f"{path}: holds non-finite values ({names}): the run that wrote it had diverged, and training on from it "
+            "gives only NaN; restore an earlier copy or start a new --out"
+        )
     for key, why in MUST_MATCH.items():
         if state["train_config"].get(key) != train_config.get(key):
             raise CheckpointError(
@@ -110,36 +174,10 @@ def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> di
     return state
 
 
-class StopOnSignal:
-    """Turns SIGINT/SIGTERM into a flag the loop polls, so it can checkpoint and exit between steps.
-
-    A second signal restores the default behaviour, so a stuck run can still be killed."""
-
-    SIGNALS = ("SIGINT", "SIGTERM")
-
-    def __init__(self) -> None:
-        self.received: str | None = None
-        self._previous: dict = {}
-
-    def _handle(self, signum, frame) -> None:
-        import signal
-
-        self.received = signal.Signals(signum).name
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-    def __enter__(self) -> StopOnSignal:
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():  # signal.signal only works there
-            for name in self.SIGNALS:
-                sig = getattr(signal, name)
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        import signal
-
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
+def _nonfinite(state: dict) -> list[str]:
+    """The weights, EMA weights and optimizer moments holding a NaN or an infinity (checkpoints written before the
+    loop checked them could)."""
+    named = [(f"{part} {k}", v) for part in ("model", "ema") for k, v in state.get(part, {}).items()]
+    for index, moments in state.get("optimizer", {}).get("state", {}).items():
+        named += [(f"optimizer {k} of parameter {index}", v) for k, v in moments.items()]
+    return nonfinite([(k, v) for k, v in named if torch.is_tensor(v) and v.is_floating_point()])

@@ -75,7 +75,9 @@ def _d(name: str):
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
     help="Compiled kernels (and Python's bytecode, where none is kept) kept between runs and machines of the same "
-    "GPU and torch [default: $GPUFEED_COMPILE_CACHE or ~/.cache/gpufeed/compile].",
+    "GPU and torch. The folder holds code that runs when it is loaded: copy it only from machines you trust; only "
+    "your files in folders no one else can write are read [default: $GPUFEED_COMPILE_CACHE or "
+    "~/.cache/gpufeed/compile].",
 )
 @click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache.")
 @click.option(
@@ -102,6 +104,12 @@ def _d(name: str):
     help="RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/.",
 )
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/ckpt.pt (an error if it is missing).")
+@click.option(
+    "--resume-other-data",
+    is_flag=True,
+    help="With --resume: continue on data (or a --vae) other than the checkpoint's, which is otherwise refused; "
+    "recorded in the checkpoint.",
+)
 @click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
 @click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
 @click.option("--sample-count", type=click.IntRange(min=1), default=_d("sample_count"), help="Images per grid.")
@@ -125,6 +133,7 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up
+        _usable_cache(compile_cache)
         note = keep_bytecode(compile_cache or default_compile_cache())
         if note and os.environ.get("RANK", "0") == "0":
             click.echo(f"compile cache: {note}", err=True)
@@ -149,11 +158,14 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
         cfg = TrainConfig(**options, progress=not no_progress, **extra)
     except ValueError as e:  # a combination no single option's type can refuse: --vae with --loader fastest
         raise click.UsageError(str(e)) from None
+    from .stopping import stop_within_deadline
+
+    stop_within_deadline()  # this process is the run: a stop signal ends it within seconds, whatever it is doing
     summary = _run(cfg)
     if summary.stopped_by:
         saved = f"checkpoint in {cfg.out}; continue with --resume" if cfg.ckpt_every else "not saved (--ckpt-every 0)"
         click.echo(f"stopped by {summary.stopped_by} at step {summary.start_step + summary.steps}; {saved}", err=True)
-        sys.exit(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
+        _exit_now(130 if summary.stopped_by == "SIGINT" else 143)  # 128 + signal number, as the shell reports it
     from .summary import lines, record, write
 
     rec = record(summary.to_dict(), cfg.out)
@@ -162,16 +174,41 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
         click.echo(json.dumps(rec, indent=1, default=str) if as_json else "\n".join(lines(rec)))
 
 
+def _exit_now(code: int) -> None:
+    """End the process after a stop: the run is saved, its loader and process group closed. The interpreter's own
+    shutdown (torch's exit handlers, freeing every module) took 3-5 s more on a busy machine, past the 5 s a stop
+    promises, and no watchdog thread can act while it runs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _usable_cache(given: Path | None) -> None:
+    """A compile cache path that can never be a folder (a file stands where it or a parent should be) is refused
+    now, in one line, rather than found out after minutes of compiling."""
+    path = given or default_compile_cache()
+    hint = "--compile-cache" if given else "$GPUFEED_COMPILE_CACHE (or --compile-cache)"
+    for level in (path, *path.parents):
+        if level.is_dir():
+            return
+        if os.path.lexists(level):
+            where = "is" if level == path else f"cannot be a folder: {level} is"
+            kind = "a file" if level.is_file() else "not a folder"
+            fix = "give a folder for the compiled kernels, or pass --no-compile-cache"
+            raise click.BadParameter(f"{path} {where} {kind}; {fix}", param_hint=hint)
+
+
 def _run(cfg: TrainConfig):
     from loaders import LoaderError
 
     from .checkpoint import CheckpointError
+    from .guard import NonFiniteError
     from .loop import main as run
     from .stream import DataError
 
     try:
         return run(cfg)
-    except (CheckpointError, LoaderError, DataError) as e:
+    except (CheckpointError, LoaderError, DataError, NonFiniteError) as e:
         raise click.ClickException(str(e)) from None
 
 

@@ -13,9 +13,12 @@ sources the program was traced from). A GPU's Triton kernels also look for their
 Inductor cache folder they were compiled in: the file records it, and a run under another folder is told how to keep
 it.
 
-The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile; copy it to
-a new machine of the same GPU and torch, or point `--compile-cache` at shared storage. What it holds is compiled code
-that runs when it is loaded: keep it as trusted as the program itself, never inside a data directory that travels.
+The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile. What it
+holds is code that runs when it is loaded (torch's artifacts are pickles): copy it to a new machine of the same GPU
+and torch only from a machine you trust, as you would the program itself, never inside a data directory that travels.
+It is read as an SSH key is (training.trusted): only this user's files, in folders no one else can write; anything
+else is skipped with the reason, never handed to torch (whose loading copies the artifacts into its own local cache,
+where later runs would find them), and the run compiles anew. Folders it creates are private (0700), files 0600.
 """
 
 from __future__ import annotations
@@ -37,7 +40,11 @@ from pathlib import Path
 import psutil
 import torch
 
+from .atomic import remove_stale, written
+from .trusted import Untrusted, check_folder, make_private_dirs, open_trusted
+
 FORMAT = "gpufeed-compile-cache-1"  # the first line of every file; bump when the layout changes
+TRUST = "its files are code that runs when loaded, so only yours, in folders no one else can write, are read"
 
 
 def environment(device: str) -> dict:
@@ -73,6 +80,7 @@ class CompileCache:
     loaded: dict = field(default_factory=dict)  # artifact kind -> how many were loaded
     load_s: float = 0.0
     held: set = field(default_factory=set)  # (kind, key) of every artifact the file holds, as loaded or saved
+    refused: str | None = None  # why the folder cannot be trusted: then nothing is read from it or written to it
 
     def __post_init__(self) -> None:
         self.env = environment(self.device)
@@ -80,19 +88,34 @@ class CompileCache:
         self.path = self.directory / f"{self.stem}-{_digest(self.env)}.bin"
 
     def load(self) -> bool:
-        """Put this shape's artifacts into the local caches; False (and `note` says why) where there are none here."""
+        """Put this shape's artifacts into the local caches; False (and `note` says why) where there are none here,
+        or none this user can trust (training.trusted): a refused file never reaches torch."""
         t0 = time.perf_counter()
-        if not self.path.is_file():
-            self.note = self._nothing_here()
-            return False
         try:
-            header, payload = _read(self.path)
+            check_folder(self.directory)
+        except FileNotFoundError:
+            self.note = f"none yet for this run shape in {self.directory}: compiling, then saving them there"
+            return False
+        except (Untrusted, OSError) as e:
+            self.refused = str(e) if isinstance(e, Untrusted) else f"{self.directory}: {e.strerror or e}"
+            self.note = f"not used: {self.refused}; {TRUST}; compiling anew, and saving nothing there"
+            return False
+        removed = remove_stale(self.directory, ".*.bin.tmp-*", "compile cache file")
+        self.note = "".join(f"{line}; " for line in removed)
+        try:
+            header, payload = _read(self.directory, self.path.name)
+        except FileNotFoundError:
+            self.note += self._nothing_here()
+            return False
+        except Untrusted as e:
+            self.note += f"{self.path} not loaded: {e}; {TRUST}; compiling anew, and replacing it"
+            return False
         except (OSError, ValueError) as e:
-            self.note = f"{self.path}: unreadable ({e}); compiling anew, and replacing it"
+            self.note += f"{self.path}: unreadable ({e}); compiling anew, and replacing it"
             return False
         if header["environment"] != self.env:
-            self.note = (f"{self.path} was made with {_describe(header['environment'])}; this is "
-                         f"{_describe(self.env)}: compiling anew, and replacing it")  # fmt: skip
+            self.note += (f"{self.path} was made with {_describe(header['environment'])}; this is "
+                          f"{_describe(self.env)}: compiling anew, and replacing it")  # fmt: skip
             return False
         try:
             info = torch.compiler.load_cache_artifacts(payload)
@@ -101,21 +124,21 @@ class CompileCache:
         else:
             why = ""
         if info is None:
-            self.note = f"{self.path}: torch could not load its artifacts{why}; compiling anew, and replacing it"
+            self.note += f"{self.path}: torch could not load its artifacts{why}; compiling anew, and replacing it"
             return False
         self.loaded = {kind: len(keys) for kind, keys in info.artifacts.items() if keys}
         self.load_s = time.perf_counter() - t0
         self.held = _keys(info)
         kinds = ", ".join(f"{n} {kind}" for kind, n in self.loaded.items())
-        self.note = f"loaded {kinds} artifacts from {self.path} in {self.load_s:.1f} s" + _moved(header)
+        self.note += f"loaded {kinds} artifacts from {self.path} in {self.load_s:.1f} s" + _moved(header)
         return True
 
     def _nothing_here(self) -> str:
         others = []
         for path in sorted(self.directory.glob(f"{self.stem}-*.bin")):
             try:
-                others.append(_describe(_read(path, header_only=True)[0]["environment"]))
-            except (OSError, ValueError):
+                others.append(_describe(_read(self.directory, path.name, header_only=True)[0]["environment"]))
+            except (Untrusted, OSError, ValueError):
                 continue
         if others:
             return (f"{self.directory} holds this model's kernels for {'; '.join(others)} only; this is "
@@ -124,6 +147,8 @@ class CompileCache:
 
     def save(self) -> Path | None:
         """Write everything compiled or found in this process so far; None where it holds nothing new."""
+        if self.refused:
+            return None
         artifacts = torch.compiler.save_cache_artifacts()
         if artifacts is None or _keys(artifacts[1]) <= self.held:
             return None
@@ -132,19 +157,15 @@ class CompileCache:
         header = {"format": FORMAT, "environment": self.env, "shape": self.shape, "sha256": sha,
                   "bytes": len(payload), "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   "inductor_cache_dir": _inductor_dir()}  # fmt: skip
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-        try:
-            with open(tmp, "wb") as f:
-                f.write(json.dumps(header).encode() + b"\n" + payload)
-            os.replace(tmp, self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        make_private_dirs(self.directory)
+        with written(self.path, mode=0o600) as tmp, open(tmp, "wb") as f:  # 0600: code only this user may write
+            f.write(json.dumps(header).encode() + b"\n" + payload)
         self.held = _keys(artifacts[1])
         return self.path
 
     def to_dict(self) -> dict:
-        return {"file": str(self.path), "note": self.note, "loaded": self.loaded, "load_s": round(self.load_s, 3)}
+        return {"file": str(self.path), "note": self.note, "loaded": self.loaded, "load_s": round(self.load_s, 3),
+                "refused": self.refused}  # fmt: skip
 
 
 def _inductor_dir() -> str:
@@ -169,9 +190,10 @@ def _keys(info) -> set[tuple[str, str]]:
     return {(kind, key) for kind, keys in info.artifacts.items() for key in keys}
 
 
-def _read(path: Path, header_only: bool = False) -> tuple[dict, bytes]:
-    """(header, payload) of a cache file; ValueError naming what is wrong with it."""
-    with open(path, "rb") as f:
+def _read(directory: Path, name: str, header_only: bool = False) -> tuple[dict, bytes]:
+    """(header, payload) of a cache file; Untrusted where another user could have written it (nothing is read),
+    ValueError naming what is wrong with it."""
+    with open_trusted(directory, name) as f:
         first = f.readline(1 << 16)
         payload = b"" if header_only else f.read()
     try:

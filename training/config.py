@@ -61,6 +61,9 @@ class TrainConfig:
     augment: bool = True  # random horizontal flip for images, as in the paper
     out: Path = Path("runs/train")  # RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/
     resume: bool = False  # continue from RUN_DIR/ckpt.pt; without it an existing checkpoint is an error, never lost
+    # resume on data (or a --vae) other than the checkpoint's: refused by default, as a run that silently changed its
+    # data (a re-conversion, another autoencoder's latents) is not the run its checkpoint describes
+    resume_other_data: bool = False
     profile: bool = False  # write a profiler trace and operator table for `profile_steps` steps after warm-up
     profile_steps: int = 5  # enough steps for a stable operator ranking, few enough to keep the trace small
     sample_every: int = 5000  # EMA sample grid every K steps (and at the end); 0 disables
@@ -91,6 +94,7 @@ class TrainConfig:
                 "warmup, grad_clip, workers, sample_every and timing_warmup must be >= 0",
             ),
             (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
+            (self.resume or not self.resume_other_data, "--resume-other-data goes with --resume"),
             (
                 not (self.vae and self.loader == "fastest"),
                 "--loader fastest does not measure --vae runs; pass a "

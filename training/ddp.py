@@ -71,8 +71,3 @@ def gather(values: list[float], info: Dist, device: str) -> list[list[float]]:
     table[info.rank * len(values) : (info.rank + 1) * len(values)] = values
     flat = all_reduce(table, info, device, "sum")
     return [flat[r * len(values) : (r + 1) * len(values)] for r in range(info.world_size)]
-
-
-def any_rank(flag: bool, info: Dist, device: str) -> bool:
-    """True on every rank when it is true on one: ranks must agree to stop at the same step."""
-    return bool(all_reduce([float(flag)], info, device, "max")[0])

@@ -71,6 +71,7 @@ class Preview:
             except VaeError as e:
                 print(f"samples: showing latent channels, not images: {e}", file=sys.stderr)
                 self.failed = True
+                return None
         return self.vae
 
     @torch.no_grad()

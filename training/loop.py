@@ -10,6 +10,7 @@ copy from pageable memory) makes the host late for every step instead; the timer
 from __future__ import annotations
 
 import copy
+import math
 import sys
 import time
 import traceback
@@ -24,17 +25,21 @@ from . import ddp
 from .checkpoint import (
     CKPT_NAME,
     CheckpointError,
-    StopOnSignal,
     capture_rng,
+    check_data,
+    data_identity,
     load_checkpoint,
+    remove_leftovers,
     restore_rng,
     save_checkpoint,
 )
 from .compile_cache import for_run, since_launch
 from .config import TrainConfig
 from .grad_sync import wrap
+from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
+from .stopping import StopOnSignal
 from .stream import EpochStream, check_fits, choose_loader, data_spec, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -123,13 +128,23 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     stateful = {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
     mark("model on the device")  # CUDA's start included
 
-    # resume, or refuse to overwrite a run that has a checkpoint
+    # resume, or refuse to overwrite a run that has a checkpoint; a checkpoint write killed midway left a temporary file
     ckpt_path, start_step, epoch, position, state = run_dir / CKPT_NAME, 0, 0, 0, None
+    for line in remove_leftovers(run_dir) if info.main else ():
+        print(line, file=sys.stderr)
+    # what it trains on, recorded in every checkpoint: a resume on other data or another autoencoder is refused
+    record = {"data": data_identity(cfg.data, spec.manifest, encoder.vae.identity if encoder else None)}
     if cfg.resume:
         state = load_checkpoint(ckpt_path, model_config=asdict(mcfg), train_config=train_dict)
+        note = check_data(ckpt_path, state.get("data"), record["data"], cfg.resume_other_data)
+        if note and info.main:
+            print(f"resume: {note}", file=sys.stderr)
+        if note and state.get("data"):  # an override: the checkpoint keeps what the run trained on before
+            record["data_before"] = [*state.get("data_before", []), {"until_step": state["step"], **state["data"]}]
         for name, obj in stateful.items():
             obj.load_state_dict(state[name])
         start_step, epoch, position = state["step"], state["epoch"], state["position"]
+        stop.last_checkpoint = f"{ckpt_path} (step {start_step}) is as it was"
     elif ckpt_path.exists():
         raise CheckpointError(
             f"{ckpt_path}: a run is already there; pass --resume to continue it or choose another --out"
@@ -174,6 +189,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     preview = Preview(spec, encoder, device)
     timer = StepTimer(device)
     params, ema_params = list(model.parameters()), list(ema_model.parameters())
+    guard = Guard(info, stop, model, ema_model, optimizer)  # non-finite values end the run, on every rank alike
     losses: list[float] = []
     # losses not yet read, each a host copy and the CUDA event after which it holds the value: Tensor.item() on a
     # device tensor synchronizes the whole stream, so reading step i-1's loss that way after enqueuing step i waited
@@ -225,6 +241,8 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             if done is not None:
                 done.synchronize()  # waits for that step's forward only, not for the work queued after it
             losses.append(host.item())
+            if not math.isfinite(losses[-1]):
+                guard.loss(start_step + len(losses), losses[-1])
 
     def one_step() -> None:
         nonlocal step, first_batch_s, flops, stopping
@@ -255,17 +273,20 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         if at_log:
             drain()
             log.window(step, losses[-1], timer, flops)
+            guard.check_weights(step)  # the window's figures have just waited for the device
+        # every rank alike: a stop signal on any rank, or NonFiniteError (decided one step late under DDP, no sync)
+        stopping = guard.poll()
         if cfg.sample_every and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main:
             with timer.paused():  # the GPU samples here: neither training nor starving
                 labels = torch.arange(cfg.sample_count, device=device) % spec.classes if conditional else None
                 log.samples(ema_model, diffusion, tuple(sample_shape), kind, step, labels, preview)
-        # ranks must stop at the same step; they agree at log steps only, as agreeing costs a device sync
-        if not info.enabled or at_log:
-            stopping = ddp.any_rank(stop.received is not None, info, device)
         if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps or stopping):
             drain()
             with timer.paused():
-                _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info)
+                guard.check_weights(step, optimizer=True)
+                stopping = guard.poll(wait=True) or stopping  # no rank writes on an old answer
+                _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info, record)
+                stop.last_checkpoint = f"{ckpt_path} (step {step}) is the last good one"
             log.write(f"step {step}: checkpoint written to {ckpt_path}")
 
     # the loop
@@ -281,6 +302,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
             else:
                 one_step()
     drain()
+    guard.poll(wait=True)  # the last step's loss, read after it
     if compiled is not None and info.main:
         compiled.save()  # what compiled after the first step too (a recompile)
     log.close()
@@ -295,7 +317,7 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         wall_s=time.perf_counter() - t_start,
         backend=backend,
         param_checksum=checksum,
-        stopped_by=stop.received,
+        stopped_by=guard.stopped_by or stop.received,
         compile=compiled.to_dict() if compiled is not None else {},
         config=train_dict,
         loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},
@@ -304,9 +326,17 @@ def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
 
 
 def _save(
-    path, stateful: dict, step: int, stream: EpochStream, model_config: dict, train_config: dict, info: ddp.Dist
+    path,
+    stateful: dict,
+    step: int,
+    stream: EpochStream,
+    model_config: dict,
+    train_config: dict,
+    info: ddp.Dist,
+    record: dict,
 ) -> None:
-    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise."""
+    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise. `record`: what the run
+    trains on (checkpoint.data_identity)."""
     rng = [capture_rng()]
     if info.enabled:
         rng = [None] * info.world_size
@@ -314,5 +344,5 @@ def _save(
     if not info.main:
         return
     state = {name: obj.state_dict() for name, obj in stateful.items()}
-    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng}
+    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng} | record
     save_checkpoint(path, state | {"model_config": model_config, "train_config": train_config})

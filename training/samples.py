@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+from .atomic import written
+
 
 @torch.no_grad()
 def sample_grid(ema_model, diffusion, shape: tuple[int, ...], steps: int, device: str, seed: int,
@@ -33,9 +35,8 @@ def save_grid(x: torch.Tensor, path: Path, kind: str) -> Path:
     if kind == "audio" and x.dim() == 3:
         x = _waveform_images(x)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    save_image((x + 1) / 2, tmp, nrow=int(math.ceil(math.sqrt(len(x)))), padding=2)
-    tmp.replace(path)
+    with written(path) as tmp:  # a stop mid-write leaves no partial grid
+        save_image((x + 1) / 2, tmp, nrow=int(math.ceil(math.sqrt(len(x)))), padding=2, format="PNG")
     return path
 
 

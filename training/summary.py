@@ -5,10 +5,10 @@ the record (800,000 floats on a full run); metrics.jsonl holds the loss of every
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from dataprep.text import printable
+from .atomic import written
 
 SUMMARY_NAME = "summary.json"
 
@@ -34,9 +34,8 @@ def record(summary: dict, run_dir: Path) -> dict:
 def write(run_dir: Path, rec: dict) -> Path:
     path = Path(run_dir) / SUMMARY_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{SUMMARY_NAME}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(rec, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    with written(path) as tmp:
+        tmp.write_text(json.dumps(rec, indent=1, default=str) + "\n")
     return path
 
 
@@ -67,10 +66,21 @@ def lines(rec: dict) -> list[str]:
     c = rec.get("compile") or {}
     if c.get("first_step_s") is not None:  # a fresh machine's minutes of compiling are part of the run's wall time
         graphs = c.get("caches", {})
-        kept = f"kernels kept in {Path(c['cache']['file']).parent}" if c.get("cache") else "no compile cache"
+        kept = _kept(c.get("cache"))
         out.append(f"compile: the first step took {c['first_step_s']:.0f} s ({graphs.get('fxgraph_cache_miss', 0)} "
                    f"graphs built, {graphs.get('fxgraph_cache_hit', 0)} found in caches); {kept}")  # fmt: skip
     files = rec.get("files", {})
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")
     return [printable(line) for line in out]  # paths, names and reasons can come from the data: no terminal controls
+
+
+def _kept(cache: dict | None) -> str:
+    """Where the kernels are for the next run, or the one reason they are not."""
+    if not cache:
+        return "no compile cache"
+    if cache.get("refused"):
+        return f"the compile cache was not used: {cache['refused']}"
+    if cache.get("error"):
+        return f"the compile cache was not saved: {cache['error']}"
+    return f"kernels kept in {Path(cache['file']).parent}"
