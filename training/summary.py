@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from dataprep.text import printable
+
 from .atomic import written
 
 SUMMARY_NAME = "summary.json"
