@@ -3,15 +3,13 @@
 # at most 9 minutes of wall time. Run the three calls back to back on one warm machine: the torch.compile caches and
 # the results live in /tmp there, and the later calls resume what the earlier ones measured.
 #
-#   bash bench/studies/scaling.sh call1   # ~8 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
-#                                         # with today's DDP, then --grad-sync flat and ddp-nosplit at 2/4
-#   bash bench/studies/scaling.sh call2   # ~8.5 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
+#   bash bench/studies/scaling.sh call1   # ~9 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
+#                                         # with today's DDP, --grad-sync flat at 2/4 and ddp-nosplit at 4, the gpu
+#                                         # and hdf5 loaders at 4 cores per rank on 4 GPUs
+#   bash bench/studies/scaling.sh call2   # ~9 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
 #                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
-#                                         # flat), profiler traces of 1 and 4 ranks (DDP)
-#   bash bench/studies/scaling.sh call3   # ~9 min, if the budget allows: the gpu and hdf5 loaders at 4 cores per rank
-#                                         # on 2/4 GPUs beside the data-free rate pinned the same way (per-rank
-#                                         # affinity against none), strong scaling at a global batch of 512, a trace
-#                                         # of flat on 4, ddp-bucket100 on 4
+#                                         # flat), profiler traces of 1 and 4 ranks (DDP), strong scaling at 512
+#   bash bench/studies/scaling.sh call3   # what the first two left, a trace of flat on 4, ddp-bucket100 on 4
 # or any steps by name: prep weak candidates gputest dit traces loaders strong bucket summary. Each call first
 # resumes what an earlier one left (a finished grid is skipped in seconds).
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -100,7 +98,7 @@ weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
 }
 candidates() {  # the ways that keep the compiled step whole: one flat all-reduce; DDP without Dynamo's split
   grid weak-flat "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync flat
-  grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync ddp-nosplit
+  grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-nosplit
 }
 bucket() {
   grid weak-bucket100 "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-bucket100
@@ -157,7 +155,7 @@ traces() {
 loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
   # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
   grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5 --workers $WORKERS \
-    --pin-memory on --cpus $CPUS --nproc "$MANY"
+    --pin-memory on --cpus $CPUS --nproc "$TOP"
 }
 strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-ddp's 4-GPU run, resumed, not rerun)
   grid weak-ddp "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL"
@@ -167,9 +165,9 @@ summary() { $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summa
 [ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
 for STEP in "$@"; do
   case $STEP in
-    call1) prep; weak; candidates ;;
-    call2) prep; weak; candidates; gputest; dit; traces ;;  # (what call1 finished is skipped in seconds)
-    call3) prep; weak; candidates; gputest; dit; traces; loaders; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
+    call1) prep; weak; candidates; loaders ;;
+    call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
+    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
     prep|weak|candidates|dit|gputest|traces|loaders|strong|bucket) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
