@@ -11,7 +11,7 @@ tar -C /tmp/site -xJf .whl/stream/site.tar.xz || exit 1
 xz -dc .whl/stream/weed.xz > /tmp/weedbin/weed && chmod +x /tmp/weedbin/weed || exit 1
 export PYTHONPATH=/tmp/site:$PWD GPUFEED_WEED=/tmp/weedbin/weed
 python3 -c 'import torch, litdata, boto3; print(torch.__version__, torch.cuda.get_device_name(), litdata.__version__)'
-timeout 560 python3 -m bench.studies.stream_gpu --out "$OUT/stream_gpu" --models ddpm_cifar10,dit_b2 --cores 2,4 \
+timeout ${STREAM_TIMEOUT:-560} python3 -m bench.studies.stream_gpu --out "$OUT/stream_gpu" --models ddpm_cifar10,dit_b2 --cores ${STREAM_CORES:-2,4} \
   --images 8192 --latents 3072 --device cuda 2>&1 | tee "$OUT/stream_gpu.log"
 cp "$OUT/stream_gpu/stream_gpu.tar" "$OUT/" 2>/dev/null || tar -C "$OUT/stream_gpu" -cf "$OUT/stream_gpu.tar" .
 rm -rf "$OUT/stream_gpu"
