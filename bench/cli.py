@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from dataprep.cli_common import renamed, run_command, take_renamed
+
 from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
@@ -77,7 +79,14 @@ def cli() -> None:
     "ddpm_audio_mel for audio), tiny on CPU; none: the loader alone, its ceiling against that preset's appetite.",
 )
 @click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU].")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Steps left out [default: 20; 2 on CPU].")
+@click.option(
+    "--timing-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Steps run first and left out of every figure (start-up, compilation) [default: 20; 2 on CPU].",
+)
+@renamed("--warmup")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--cpus", type=click.IntRange(min=1), default=None,
               help="Pin each run (each rank) to N cores of its own [default: all, shared].")  # fmt: skip
@@ -141,6 +150,7 @@ def loaders(
     from .grid.job import preset_for
     from .grid.runner import GridConfig, run_grid
 
+    take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
     device = _device(device)
@@ -255,7 +265,14 @@ def report(results_dir: Path) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("gpufeed-watch"),
               help="Where watch.json and the per-rank figures go.")  # fmt: skip
-@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps left out first (compilation, start-up).")
+@click.option(
+    "--timing-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=20,
+    help="Steps left out of every figure first (compilation, start-up).",
+)
+@renamed("--warmup")
 @click.option("--every", type=click.IntRange(min=0), default=100, help="A progress line every N steps (0: none).")
 @click.option("--loader-name", default=None, help="Measure the loader whose label contains this [default: the one "
               "consumed most]; labels are listed at the end of a run.")  # fmt: skip
@@ -283,6 +300,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
 
     from .watcher.session import WatchConfig, describe, watch_command
 
+    take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench watch")
     if options["data_free"] and options["compare"]:
         raise click.BadParameter(
             "--compare already includes a data-free run; pass one of them", param_hint="--data-free"
@@ -345,4 +363,4 @@ cli.add_command(soak_cmd, name="soak")
 
 
 def main() -> None:
-    cli()
+    run_command(cli)

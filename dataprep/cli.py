@@ -146,4 +146,6 @@ def _printable(message: str) -> str:
 
 
 def main() -> None:
-    cli()
+    from .cli_common import run_command
+
+    run_command(cli)

@@ -171,7 +171,7 @@ def test_ctrl_c_keeps_finished_configurations(image_data, tmp_path):
         "none",
         "--steps",
         "3000",
-        "--warmup",
+        "--timing-warmup",
         "1",
         "--device",
         "cpu",
@@ -221,7 +221,7 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
 
     out = tmp_path / "results"
     args = ["loaders", "--data", str(image_data), "--backends", "hdf5,gpu", "--workers", "0", "--pin-memory", "on",
-            "--batch-size", "32", "--model", "tiny", "--steps", "3", "--warmup", "1", "--device", "cpu",
+            "--batch-size", "32", "--model", "tiny", "--steps", "3", "--timing-warmup", "1", "--device", "cpu",
             "--out", str(out), "--no-progress"]  # fmt: skip
     first = CliRunner().invoke(cli, [*args, "--time-limit", "0.001"])
     assert first.exit_code == 0, first.output

@@ -22,7 +22,8 @@ def data(synthetic_images) -> Path:
 
 
 def args(data: Path, out: Path, *extra: str) -> list[str]:
-    opts = "--backends hdf5 --workers 0 --pin-memory on --model tiny --steps 3 --warmup 1 --device cpu --no-progress"
+    opts = "--backends hdf5 --workers 0 --pin-memory on --model tiny --steps 3 --timing-warmup 1 --device cpu"
+    opts += " --no-progress"
     return ["loaders", "--data", str(data), "--out", str(out), *opts.split(), *extra]
 
 

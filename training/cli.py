@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from dataprep.cli_common import renamed, run_command, take_renamed
+
 from .bytecode import keep_bytecode
 from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig, default_compile_cache
 
@@ -48,7 +50,14 @@ def _d(name: str):
 @click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))
-@click.option("--warmup", type=click.IntRange(min=0), default=_d("warmup"), help="Linear LR warm-up steps.")
+@click.option(
+    "--lr-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=_d("warmup"),
+    help="Steps of linear learning-rate warm-up (steps left out of the timing: --timing-warmup).",
+)
+@renamed("--warmup")
 @click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables.")
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=_d("precision"))
@@ -102,6 +111,7 @@ def _d(name: str):
 def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool,
           **options) -> None:  # fmt: skip
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
+    take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train")
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up
@@ -156,4 +166,4 @@ def _run(cfg: TrainConfig):
 
 
 def main() -> None:
-    train()
+    run_command(train)

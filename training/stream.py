@@ -123,6 +123,8 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1) ->
            "--batch-size", str(cfg.batch_size), "--nproc", str(world_size), "--device", device,
            "--precision", cfg.precision, "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    if out.returncode in (130, -2):  # Ctrl-C reached bench too (one process group): the user stopped both
+        raise KeyboardInterrupt("interrupted while `bench fastest` measured")
     if out.returncode != 0:
         raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
                         f"with a backend name to train without it")  # fmt: skip

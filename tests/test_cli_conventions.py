@@ -1,0 +1,79 @@
+"""What every command line does alike: Ctrl-C ends it with exit status 130 (not click's "Aborted!" and 1), and a
+renamed option still works under its old name, saying the new one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def interrupted(args: list[str], after_s: float, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run `python -m ARGS` in a process group of its own and send the group SIGINT after `after_s` seconds, as a
+    terminal's Ctrl-C does."""
+    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    time.sleep(after_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after_s", [1.0, 4.0])
+def test_ctrl_c_in_dataprep_convert_exits_130(tmp_path, after_s):
+    """During the imports or the conversion itself: 130, "interrupted", no "Aborted!" and no traceback."""
+    args = ["dataprep", "convert", "--source", "synthetic-images", "--limit", "2000000", "--format", "hdf5",
+            "--output", str(tmp_path / "out"), "--quiet"]  # fmt: skip
+    done = interrupted(args, after_s, tmp_path)
+    assert done.returncode == 130, done.stderr
+    assert "interrupted" in done.stderr and "Aborted!" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_train_starts_exits_130(synthetic_images, tmp_path):
+    """Before the training loop has a step to stop after (imports, the model, the loader): 130 as well."""
+    data = synthetic_images(64)
+    args = ["training", "--data", str(data), "--device", "cpu", "--model", "tiny", "--loader", "hdf5", "--steps",
+            "100000", "--out", str(tmp_path / "run"), "--no-progress"]  # fmt: skip
+    done = interrupted(args, 1.0, tmp_path)
+    assert done.returncode == 130, done.stderr
+    assert "Aborted!" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_bench_warmup_is_timing_warmup(tmp_path):
+    """`bench loaders --warmup` (the steps left out of the figures) still works, saying its name is now
+    --timing-warmup; both together are refused."""
+    from bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["loaders", "--data", str(tmp_path), "--warmup", "3"])
+    assert "bench loaders: --warmup is now --timing-warmup" in result.output
+    assert result.exit_code == 2 and "no manifest.json" in result.output  # it went on to check --data
+    result = CliRunner().invoke(cli, ["loaders", "--data", str(tmp_path), "--warmup", "3", "--timing-warmup", "4"])
+    assert result.exit_code == 2 and "give --timing-warmup alone" in result.output
+    result = CliRunner().invoke(cli, ["watch", "--warmup", "3", "--", "no-such-program-here"])
+    assert "bench watch: --warmup is now --timing-warmup" in result.output and result.exit_code == 2
+
+
+def test_train_warmup_is_lr_warmup(tmp_path):
+    """`train --warmup` (the learning-rate warm-up) still works, saying its name is now --lr-warmup; the help says
+    which warm-up is which."""
+    from training.cli import train
+
+    result = CliRunner().invoke(train, ["--data", str(tmp_path), "--warmup", "0"])
+    assert "train: --warmup is now --lr-warmup" in result.output and "dataprep convert" in result.output
+    result = CliRunner().invoke(train, ["--data", str(tmp_path), "--warmup", "0", "--lr-warmup", "5"])
+    assert result.exit_code == 2 and "give --lr-warmup alone" in result.output
+    help_text = CliRunner().invoke(train, ["--help"]).output
+    assert "--lr-warmup" in help_text and "learning-rate" in help_text and "--timing-warmup" in help_text
+    assert "--warmup " not in help_text.replace("--lr-warmup", "").replace("--timing-warmup", "")
