@@ -147,7 +147,7 @@ def loaders(
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
     from .fastest.choice import default_results_dir
-    from .grid.job import preset_for
+    from .grid.job import capped, preset_for
     from .grid.runner import GridConfig, run_grid
 
     take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
@@ -186,6 +186,9 @@ def loaders(
         time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
     )
+    note = capped(cfg.backends, cfg.workers, cpus)
+    if note:
+        click.echo(note, err=True)
     try:
         outcome = run_grid(cfg, echo=lambda line: click.echo(line, err=as_json))  # stdout: the JSON alone
     except KeyboardInterrupt as e:

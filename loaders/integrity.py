@@ -89,9 +89,11 @@ def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
 
 
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    import ffcv.reader  # noqa: F401  (outside the try: a missing extra is build_loader's to name, not damage)
-
     from dataprep.formats.ffcv import data_file, field_names
+
+    # outside the try: a missing extra is build_loader's to name, not damage; through the backend, which keeps
+    # torch's thread count as FFCV is imported
+    from . import ffcv_backend  # noqa: F401
 
     path = data_file(data_dir)
     try:
