@@ -172,13 +172,15 @@ def loaders(
     options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
     if options["model"] == "auto":
         options["model"] = preset_for(data, device, options["vae"])
+    batch_sizes = _ints(batch_sizes, "--batch-size", "128,512", 1)
+    _check_fits(data, batch_sizes, nprocs, options["global_batch"])
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
         backends=parse_backends(backends),
         workers=_ints(workers, "--workers", "0,4,8", 0),
         pin_memory=parse_pins(pins),
-        batch_sizes=_ints(batch_sizes, "--batch-size", "128,512", 1),
+        batch_sizes=batch_sizes,
         device=device,
         cpus=cpus,
         nproc=nprocs,
@@ -221,6 +223,19 @@ def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, globa
         if bad:
             raise click.BadParameter(f"{global_batch} does not divide by --nproc {', '.join(map(str, bad))}",
                                      param_hint="--global-batch")  # fmt: skip
+
+
+def _check_fits(data: Path, batch_sizes: tuple[int, ...], nprocs: tuple[int, ...], global_batch) -> None:
+    """Refuse a batch larger than the data gives each rank, before any run starts, with a size that fits."""
+    import json
+
+    from loaders.errors import too_small
+
+    count = json.loads((data / "manifest.json").read_text()).get("count", 0)
+    for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
+        problem = too_small(count, bs, n)
+        if problem:
+            raise click.BadParameter(problem, param_hint="--global-batch" if global_batch else "--batch-size")
 
 
 def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:

@@ -102,6 +102,11 @@ class LoaderChoice:
 
 def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> LoaderChoice:
     """The backend and its settings; for "fastest", rank 0 asks bench and every rank uses its answer."""
+    from loaders.errors import too_small
+
+    problem = too_small(read_manifest(cfg.data).get("count", 0), cfg.batch_size, info.world_size)
+    if problem:  # before `bench fastest` measures, or a loader starts its workers, on data that gives no batch
+        raise DataError(f"{cfg.data}: {problem}")
     if cfg.loader != "fastest":
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     picked = [None]
@@ -155,7 +160,11 @@ class EpochStream:
 
     def __init__(self, loader, epoch: int = 0, position: int = 0) -> None:
         if len(loader) == 0:
-            raise DataError("the loader yields no batches: the dataset is smaller than one batch per rank")
+            from loaders.errors import too_small
+
+            count, opts = getattr(loader, "manifest", {}).get("count"), getattr(loader, "opts", None)
+            said = opts and count is not None and too_small(count, opts.batch_size, opts.world_size)
+            raise DataError(f"the loader yields no batches: {said or 'the dataset is smaller than one batch per rank'}")
         self.loader, self.epoch, self.position = loader, epoch, position
         self._it = None
 

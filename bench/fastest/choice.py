@@ -190,10 +190,15 @@ def choose(
     Training on `nproc` ranks takes results measured with that many ranks (`bench loaders --nproc`: the host's cores
     shared as training will share them), else those of one process, as when no multi-rank grid was run."""
     from dataprep.manifest import load_manifest
+    from loaders import LoaderError
+    from loaders.errors import too_small
 
     from .probe_run import run_probe
 
     manifest = load_manifest(data_dir)
+    problem = too_small(manifest["count"], batch_size, nproc)
+    if problem:  # the probe's first batch would never come
+        raise LoaderError(f"{data_dir}: {problem}")
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
@@ -209,8 +214,6 @@ def choose(
     summary = run_probe(Path(data_dir), manifest, key, out, echo=echo)
     rows = scenario_rows(out, **key)
     if not latest_groups(rows):
-        from loaders import LoaderError
-
         raise LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
                           f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
     win, why = _pick(rows)
