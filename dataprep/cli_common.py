@@ -30,16 +30,17 @@ def renamed(old: str) -> Callable:
     return click.option(old, _key(old), type=click.IntRange(min=0), default=None, hidden=True)
 
 
-def take_renamed(options: dict, old: str, new: str, dest: str, tool: str) -> None:
+def take_renamed(options: dict, old: str, new: str, dest: str, tool: str) -> bool:
     """Move a value given under the old name to the new option's parameter `dest` (options: the command's keyword
-    arguments), saying what to use now."""
+    arguments), saying what to use now. True when the old name was given."""
     value = options.pop(_key(old))
     if value is None:
-        return
+        return False
     if click.get_current_context().get_parameter_source(dest) != click.core.ParameterSource.DEFAULT:
         raise click.BadParameter(f"{old} is the old name of {new}: give {new} alone", param_hint=old)
     click.echo(f"{tool}: {old} is now {new}; the old name still works for now", err=True)
     options[dest] = value
+    return True
 
 
 def _key(old: str) -> str:

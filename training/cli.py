@@ -15,6 +15,9 @@ from dataprep.cli_common import renamed, run_command, take_renamed
 
 from .bytecode import keep_bytecode
 from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig, default_compile_cache
+from .summary import MIN_TIMED_STEPS
+
+DEFAULT = click.core.ParameterSource.DEFAULT
 
 _defaults = TrainConfig.__dataclass_fields__
 
@@ -111,7 +114,7 @@ def _d(name: str):
 def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool,
           **options) -> None:  # fmt: skip
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
-    take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train")
+    given = {"warmup"} if take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train") else set()
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up
@@ -130,6 +133,7 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     if options["tensorboard"] and importlib.util.find_spec("tensorboard") is None:
         raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
                                  param_hint="--tensorboard")  # fmt: skip
+    _say_what_is_chosen(options, device, given)
     extra = {"device": device} if device else {}
     if no_compile_cache and compile_cache:
         raise click.BadParameter("give a directory or --no-compile-cache, not both", param_hint="--compile-cache")
@@ -150,6 +154,43 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     if os.environ.get("RANK", "0") == "0":  # under torchrun rank 0 speaks for the run
         write(cfg.out, rec)
         click.echo(json.dumps(rec, indent=1, default=str) if as_json else "\n".join(lines(rec)))
+
+
+def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> None:
+    """On a CPU, its defaults for the options not given; and a warning when too few steps will be timed."""
+    speak = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 speaks for the run
+    if _on_cpu(device):
+        given |= {k for k in options if click.get_current_context().get_parameter_source(k) != DEFAULT}
+        note = for_cpu(options, given)
+        if note and speak:
+            click.echo(note, err=True)
+    steps, warmup = options["steps"], options["timing_warmup"]
+    if steps - warmup < MIN_TIMED_STEPS and not options["resume"] and speak:
+        click.echo(
+            f"train: {steps} steps with --timing-warmup {warmup} leave {max(steps - warmup, 0)} timed: the rate "
+            f"will be a rough figure (run {warmup + MIN_TIMED_STEPS} or more --steps to time it)",
+            err=True,
+        )
+
+
+def _on_cpu(device: str | None) -> bool:
+    if device is not None:
+        return device.startswith("cpu")
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def for_cpu(options: dict, given: set[str]) -> str | None:
+    """The CPU's defaults for the options not given (training.cpu_defaults); the line that says what they are."""
+    from .cpu_defaults import apply
+    from .stream import DataError, read_manifest
+
+    try:
+        kind = read_manifest(options["data"]).get("kind", "image")
+    except DataError as e:
+        raise click.ClickException(str(e)) from None
+    return apply(options, set(options) - given, kind, len(os.sched_getaffinity(0)))
 
 
 def _run(cfg: TrainConfig):
