@@ -147,7 +147,7 @@ def loaders(
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
     from .fastest.choice import default_results_dir
-    from .grid.job import capped, preset_for
+    from .grid.job import capped, preset_for, runs_in_words
     from .grid.runner import GridConfig, run_grid
 
     take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
@@ -196,10 +196,14 @@ def loaders(
     except KeyboardInterrupt as e:
         click.echo(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue", err=True)
         raise SystemExit(130) from None
-    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
+    finished = runs_in_words([p.stem for p in outcome.done])
+    click.echo(f"{finished} finished, {len(outcome.failed)} failed", err=as_json)
     _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
-        raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+        raise click.ClickException(
+            f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log); the "
+            "answer above is from the runs that finished"
+        )
 
 
 def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, global_batch, ctx) -> None:

@@ -77,6 +77,14 @@ class Job:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def runs_in_words(names: list[str]) -> str:
+    """'5 loader runs and 1 data-free run' for these job names: a data-free run is no loader configuration."""
+    free = sum(Path(n).name.startswith("datafree-") for n in names)
+    loaders = len(names) - free
+    said = f"{loaders} loader run{'s' * (loaders != 1)}"
+    return said + (f" and {free} data-free run{'s' * (free != 1)}" if free else "")
+
+
 def preset_for(data: Path, device: str, vae: str | None = None) -> str:
     """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS); latents,
     cached or encoded in the step (`vae`), train a DiT."""

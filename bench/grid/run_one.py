@@ -160,6 +160,8 @@ def measure(job: Job, trace_path: Path) -> dict:
     figures |= {"build_s": build_s, "first_batch_s": build_s + figures["first_batch_s"]}  # worker start included
     figures["warmup_s"] = timer.window(0, job.warmup)[1] - timer.window(0, job.warmup)[0] if job.warmup else 0.0
     figures |= monitor.figures(*timer.window(job.warmup))
+    if figures.get("other_cores") is not None:  # other programs' share of the cores this run may use
+        figures["other_share"] = figures["other_cores"] / len(os.sched_getaffinity(0))
     if figures.get("cpu_cores") is not None:
         figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
     if cuda:

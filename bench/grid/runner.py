@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..records.env import write_json_atomic
-from .job import BACKEND_NAMES, Job, estimate_s, expand
+from .job import BACKEND_NAMES, Job, estimate_s, expand, runs_in_words
 
 
 @dataclass(kw_only=True)
@@ -230,7 +230,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     finished_names = {j.name for j in done}
     todo = [j for j in jobs if j.name not in finished_names]
     echo(
-        f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
+        f"{runs_in_words([j.name for j in jobs])} ({len(jobs) - len(todo)} already done), estimated "
         f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
     )
     env, outcome = child_env(cfg), GridOutcome([], [], False)
@@ -260,7 +260,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
         bar.close()
         finalize(cfg.out)
     if outcome.left:
-        echo(f"time limit: {outcome.left} configurations not started; rerun the same command with --resume")
+        echo(f"time limit: {outcome.left} runs not started; rerun the same command with --resume")
     if outcome.interrupted:
-        raise KeyboardInterrupt(f"{len(outcome.done)} finished configurations kept in {cfg.out}")
+        raise KeyboardInterrupt(f"{runs_in_words([p.stem for p in outcome.done])} finished, kept in {cfg.out}")
     return outcome

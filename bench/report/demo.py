@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from loaders import backend_label
+
 
 def lines(results_dir: Path, run_dir: Path) -> list[str]:
     bench = json.loads((Path(results_dir) / "summary.json").read_text())
@@ -22,9 +24,11 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
                    f"{sc['title']}{rate}")  # fmt: skip
     loader, s = run.get("loader", {}), run.get("starvation") or {}
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
-    out.append(f"chosen: {run['backend']}{workers}, because {loader.get('reason', '?')}")
+    device = run.get("config", {}).get("device", "")
+    out.append(f"chosen: {backend_label(run['backend'], device)}{workers}, because {loader.get('reason', '?')}")
     starved = f", starvation {s['starvation']:.1%}" if "starvation" in s else ""
-    out.append(f"trained: {run['steps']} steps at {run['samples_per_s']:,.0f} samples/s{starved}, loss "
+    timed = f" (over {s['steps']} timed steps)" if s.get("steps") else ""
+    out.append(f"trained: {run['steps']} steps at {run['samples_per_s']:,.0f} samples/s{timed}{starved}, loss "
                f"{run.get('first_loss') or run['final_loss']:.4f} -> {run['final_loss']:.4f}")  # fmt: skip
     plots = ", ".join(sc["plot"] for sc in bench["scenarios"] if sc.get("plot"))
     files = run.get("files", {})
