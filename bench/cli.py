@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import renamed, run_command, take_renamed
+from dataprep.cli_common import check_vae_option, renamed, run_command, take_renamed
 
 from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
@@ -153,6 +153,7 @@ def loaders(
     take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
+    check_vae_option(options["vae"])
     device = _device(device)
     allowed = len(os.sched_getaffinity(0))
     if cpus and cpus > allowed:

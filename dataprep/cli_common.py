@@ -1,6 +1,6 @@
 """What the three command lines (dataprep, bench, train) share; here because each tool imports only the packages to
-its left: Ctrl-C ends a command with exit status 130, as a shell reports an interrupted program, and an option that
-was renamed keeps its old name for a while, saying the new one."""
+its left: Ctrl-C ends a command with exit status 130, as a shell reports an interrupted program; an option that
+was renamed keeps its old name for a while, saying the new one; a --vae that names nothing usable is refused at once."""
 
 from __future__ import annotations
 
@@ -45,3 +45,15 @@ def take_renamed(options: dict, old: str, new: str, dest: str, tool: str) -> boo
 
 def _key(old: str) -> str:
     return "renamed_" + old.lstrip("-").replace("-", "_")
+
+
+def check_vae_option(vae: str | None) -> None:
+    """A --vae that is neither an AutoencoderKL directory nor a hub id, refused before torch and diffusers are
+    imported (seconds): exit status 2 with the fix."""
+    from .vae_name import VaeError, check_vae_name
+
+    if vae:
+        try:
+            check_vae_name(vae)
+        except VaeError as e:
+            raise click.BadParameter(str(e).removeprefix("--vae "), param_hint="--vae") from None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import renamed, run_command, take_renamed
+from dataprep.cli_common import check_vae_option, renamed, run_command, take_renamed
 
 from .bytecode import keep_bytecode
 from .config import COMPILE_MODES, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig, default_compile_cache
@@ -115,6 +115,7 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
           **options) -> None:  # fmt: skip
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     given = {"warmup"} if take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train") else set()
+    check_vae_option(options["vae"])
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up

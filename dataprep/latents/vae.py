@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
-FIX = "pass a local directory written by AutoencoderKL.save_pretrained"
-
-
-class VaeError(ValueError):
-    """The autoencoder cannot be used as asked; the message says what to pass instead."""
+from ..vae_name import FIX, VaeError, check_vae_name
 
 
 @dataclass
@@ -64,6 +58,7 @@ class Vae:
 
 def load_vae(name: str | Path, device: str | torch.device = "cpu") -> Vae:
     """Load `name` (a directory, else a hub id) onto `device`; VaeError with the fix when it cannot be used."""
+    check_vae_name(name)  # before diffusers' import: seconds
     try:
         from diffusers import AutoencoderKL
     except ImportError:
@@ -72,24 +67,13 @@ def load_vae(name: str | Path, device: str | torch.device = "cpu") -> Vae:
     if path.exists():
         model = _from_dir(AutoencoderKL, path)
         label = str(path.resolve())
-    elif HUB_ID.match(str(name)):
-        model, label = _from_hub(AutoencoderKL, str(name)), str(name)
     else:
-        raise VaeError(f"--vae {name}: no such directory (nor a hub id owner/name); {FIX}")
+        model, label = _from_hub(AutoencoderKL, str(name)), str(name)
     model = model.to(device).eval().requires_grad_(False)
     return Vae(model, _identity(model, label))
 
 
 def _from_dir(cls, path: Path):
-    config = path / "config.json"
-    if not config.is_file():
-        raise VaeError(f"{path}: no config.json, so not a diffusers model directory; {FIX}")
-    try:
-        declared = json.loads(config.read_text()).get("_class_name")
-    except (OSError, ValueError, AttributeError) as e:
-        raise VaeError(f"{config}: unreadable ({e}); {FIX}") from None
-    if declared != "AutoencoderKL":
-        raise VaeError(f"{path}: its config.json describes a {declared}, not an AutoencoderKL; {FIX}")
     try:
         return cls.from_pretrained(path)
     except Exception as e:  # missing or damaged weights: diffusers raises OSError, ValueError or safetensors' errors
