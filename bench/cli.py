@@ -68,9 +68,19 @@ def cli() -> None:
 @cli.command()
 @DATA
 @click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends.")
-@click.option("--workers", default="0,4,8", help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali).")
+@click.option(
+    "--workers",
+    default=None,
+    help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali) "
+    "[default: 0,4,8; on a CPU 0, half and all of its cores].",
+)
 @click.option("--pin-memory", "pins", default="on,off", help="on, off or on,off (CUDA only; torch and hdf5).")
-@click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    default=None,
+    help="Comma list of batch sizes [default: 128; 32 on a CPU, as train takes there].",
+)
 @click.option(
     "--model",
     type=click.Choice(("auto", *MODEL_CHOICES)),
@@ -100,7 +110,12 @@ def cli() -> None:
     help="torch.compile the model (the first configuration saves its kernels to the compile cache, the rest load "
     "them).",
 )
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option(
+    "--precision",
+    type=click.Choice(["bf16", "fp16", "fp32"]),
+    default=None,
+    help="[default: bf16; fp32 on a CPU, as train takes there].",
+)
 @click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
               "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
@@ -146,6 +161,8 @@ def loaders(
 ) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
+    from training.cpu_defaults import CpuDefaults
+
     from .fastest.choice import default_results_dir
     from .grid.job import capped, preset_for, runs_in_words
     from .grid.runner import GridConfig, run_grid
@@ -173,8 +190,12 @@ def loaders(
     options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
     if options["model"] == "auto":
         options["model"] = preset_for(data, device, options["vae"])
-    batch_sizes = _ints(batch_sizes, "--batch-size", "128,512", 1)
-    _check_fits(data, batch_sizes, nprocs, options["global_batch"])
+    # on a CPU what `train` takes there (training.cpu_defaults), so that `train --loader fastest` finds these runs
+    cpu_batch, cpu_precision = CpuDefaults.batch_size, CpuDefaults.precision
+    options["precision"] = options["precision"] or (cpu_precision if cpu else "bf16")
+    batch_sizes = _ints(batch_sizes or (str(cpu_batch) if cpu else "128"), "--batch-size", "128,512", 1)
+    cores = cpus or allowed
+    workers = workers or (",".join(map(str, dict.fromkeys((0, max(1, cores // 2), cores)))) if cpu else "0,4,8")
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
@@ -189,6 +210,7 @@ def loaders(
         time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
     )
+    _check_fits(data, cfg.batch_sizes, nprocs, options["global_batch"])
     note = capped(cfg.backends, cfg.workers, cpus)
     if note:
         click.echo(note, err=True)
@@ -236,7 +258,9 @@ def _check_fits(data: Path, batch_sizes: tuple[int, ...], nprocs: tuple[int, ...
 
     from loaders.errors import too_small
 
-    count = json.loads((data / "manifest.json").read_text()).get("count", 0)
+    count = json.loads((data / "manifest.json").read_text()).get("count")
+    if not isinstance(count, int):  # a damaged manifest: the runs' loaders name what is wrong with it
+        return
     for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
         problem = too_small(count, bs, n)
         if problem:
@@ -346,11 +370,13 @@ def watch(command, out, cpus, as_json, **options) -> None:
 @cli.command()
 @DATA
 @click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Per rank [default: 128; 32 on a CPU].")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, help="Ranks training will run: their results win, "
               "else one process's.")  # fmt: skip
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option(
+    "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=None, help="[default: bf16; fp32 on a CPU]."
+)
 @click.option("--compile/--no-compile", default=False)
 @click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
@@ -365,10 +391,14 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
     import sys
 
     from loaders import LoaderError
+    from training.cpu_defaults import CpuDefaults
 
     from .fastest.choice import choose
 
     device = _device(device)
+    cpu = not device.startswith("cuda")  # what `train` takes on a CPU (training.cpu_defaults)
+    batch_size = batch_size or (CpuDefaults.batch_size if cpu else 128)
+    precision = precision or (CpuDefaults.precision if cpu else "bf16")
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
             c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,

@@ -1,6 +1,7 @@
 """The closing lines of `make demo`: what was measured, which loader `train --loader fastest` took and why, how
-the run went, and where the plot, the table, the samples and the metrics are, read from the two summary.json files
-(`bench loaders` writes one in its results directory, `train` one in its run directory).
+the run went, where the plot, the table, the samples and the metrics are, read from the two summary.json files
+(`bench loaders` writes one in its results directory, `train` one in its run directory), and the commands that do the
+same with your own data.
 
     python -m bench.report.demo RESULTS_DIR RUN_DIR
 """
@@ -13,6 +14,9 @@ from pathlib import Path
 
 from loaders import backend_label
 
+from ..records.thresholds import BUSY
+from .answer import busy_line
+
 
 def lines(results_dir: Path, run_dir: Path) -> list[str]:
     bench = json.loads((Path(results_dir) / "summary.json").read_text())
@@ -22,6 +26,8 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
         rate = f", the model alone {sc['data_free_rate']:,.0f} samples/s" if sc.get("data_free_rate") else ""
         out.append(f"measured: {len(sc['configurations'])} loader configurations in the training loop of "
                    f"{sc['title']}{rate}")  # fmt: skip
+        if (sc.get("busy") or 0.0) > BUSY:
+            out.append(busy_line(sc["busy"]).strip())
     loader, s = run.get("loader", {}), run.get("starvation") or {}
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
     device = run.get("config", {}).get("device", "")
@@ -34,7 +40,17 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
     files = run.get("files", {})
     out += [f"plot: {plots}", f"table: {bench['report']}",
             f"samples: {files.get('samples', 'none (sampling off)')}", f"metrics: {files.get('metrics')}"]  # fmt: skip
-    return out
+    return out + NEXT
+
+
+NEXT = [
+    "",
+    "next, with your own data (a folder of images or of audio clips, or CIFAR-10's python tarball):",
+    "  source .venv/bin/activate",
+    "  dataprep convert --input YOUR_FOLDER --output data/mine   # every format, checksummed",
+    "  bench loaders --data data/mine                            # does the model starve, and which loader feeds it",
+    "  train --data data/mine --loader fastest                   # train with the loader the bench found fastest",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
