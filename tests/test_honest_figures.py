@@ -50,7 +50,7 @@ def test_a_busy_machine_is_named_in_the_answer(tmp_path):
     said = "\n".join(text)
     assert "a busy machine: other programs took up to 70% of the cores these runs could use" in said
     assert "hdf5, 0 workers ran at 1525% of the data-free rate, which no loader can" in said
-    assert "(138% of the data-free rate: noise, see the spread)" in said and "a tie: 1 more tie with it" in said
+    assert "(138% of the data-free rate: above it, so noise)" in said and "a tie: 1 more tie with it" in said
     assert "gpu (dataset resident in RAM here: no GPU)" in said and record["scenarios"][0]["busy"] == 0.7
 
 

@@ -156,7 +156,8 @@ def pick(groups: list[dict], spread: float = DEFAULT_SPREAD, spread_from: str = 
     from ..records.results import label as _label
 
     gap = impossible_gap(groups)
-    if gap > spread:
+    widened = gap > spread
+    if widened:
         above = max(groups, key=lambda g: g.get("vs_data_free") or 0)
         spread = gap
         spread_from = (
@@ -181,6 +182,8 @@ def pick(groups: list[dict], spread: float = DEFAULT_SPREAD, spread_from: str = 
         why += f"; a tie: {len(close) - 1} more tie with it ({others}), their rates not told apart: repeats that "
         why += f"overlap, or single runs less apart than the {spread:.1%} spread{where}; the one using the fewest CPU "
         why += "cores won"
+    elif widened:
+        why += f"; the rates here vary by {spread:.1%} or more ({spread_from}), and the others are further apart"
     return win, why
 
 
@@ -188,7 +191,7 @@ def _vs(g: dict) -> str:
     v = g.get("vs_data_free")
     if not v:
         return ""
-    return f" ({v:.1%} of the data-free rate)" if v <= 1 else f" ({v:.0%} of the data-free rate: noise, see the spread)"
+    return f" ({v:.1%} of the data-free rate)" if v <= 1 else f" ({v:.0%} of the data-free rate: above it, so noise)"
 
 
 def choose(
