@@ -22,7 +22,7 @@ from .tables import scenario_slug, scenario_title
 
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
     """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
-    from ..fastest.choice import pick
+    from ..fastest.choice import measured_spread, pick
 
     results_dir = Path(results_dir)
     rows = [flat(r) for r in load_records(results_dir)]
@@ -38,7 +38,9 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             win, top = max(gs, key=lambda g: g["samples_per_s"]), "highest ceiling"
             why = win["verdict"]
         else:
-            (win, why), top = pick(gs), "train --loader fastest takes"
+            # the spread `fastest` judges ties by: this scenario's data-free runs, as bench.fastest.choice reads them
+            spread, where = measured_spread([r for r in rows if _paired(r, first)], first["grid_id"])
+            (win, why), top = pick(gs, spread, where), "train --loader fastest takes"
         worst = min(gs, key=lambda g: g["samples_per_s"])
         lines += [f"{scenario_title(first)}: {_what(gs, rate, alone)}",
                   f"  {top}: {_label(win)}: {why}",
