@@ -13,6 +13,7 @@ Measured costs are in docs/RELIABILITY.md."""
 from __future__ import annotations
 
 import csv
+import importlib
 import os
 from pathlib import Path
 from stat import S_ISLNK
@@ -92,8 +93,8 @@ def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
     from dataprep.formats.ffcv import data_file, field_names
 
     # outside the try: a missing extra is build_loader's to name, not damage; through the backend, which keeps
-    # torch's thread count as FFCV is imported
-    from . import ffcv_backend  # noqa: F401
+    # torch's thread count as FFCV is imported (by name: `from . import` would take a stale package attribute)
+    importlib.import_module("loaders.ffcv_backend")
 
     path = data_file(data_dir)
     try:
