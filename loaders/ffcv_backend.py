@@ -44,8 +44,11 @@ class FfcvLoader(Loader):
         self._loader = None
         self.threads = min(max(1, opts.workers), thread_limit())
         if opts.workers > self.threads:
-            print(f"ffcv: {opts.workers} workers asked, numba runs at most {self.threads} threads here (the cores "
-                  f"this process may use, or NUMBA_NUM_THREADS): running {self.threads}", file=sys.stderr)  # fmt: skip
+            print(
+                f"ffcv: {opts.workers} workers asked, numba runs at most {self.threads} threads here (the cores "
+                f"this process may use, or NUMBA_NUM_THREADS): running {self.threads}",
+                file=sys.stderr,
+            )
 
     def _pipelines(self) -> dict:
         from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder

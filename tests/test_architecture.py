@@ -229,8 +229,9 @@ def test_an_editable_install_prints_no_warning_page(tmp_path):
         copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
         copy(ROOT / name, src / name, **({"ignore": skip} if (ROOT / name).is_dir() else {}))
     code = "import setuptools.build_meta as b, sys; print(b.build_editable(sys.argv[1]))"
-    done = subprocess.run([sys.executable, "-W", "always", "-c", code, str(tmp_path / "wheel")], cwd=src,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code, str(tmp_path / "wheel")], cwd=src, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
     with zipfile.ZipFile(tmp_path / "wheel" / done.stdout.strip().splitlines()[-1]) as wheel:

@@ -21,9 +21,15 @@ REPO = Path(__file__).resolve().parents[1]
 def interrupted(args: list[str], after_s: float, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run `python -m ARGS` in a process group of its own and send the group SIGINT after `after_s` seconds, as a
     terminal's Ctrl-C does."""
-    proc = subprocess.Popen([sys.executable, "-m", *args], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     time.sleep(after_s)
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -38,8 +44,19 @@ def interrupted(args: list[str], after_s: float, tmp_path: Path) -> subprocess.C
 @pytest.mark.parametrize("after_s", [1.0, 4.0])
 def test_ctrl_c_in_dataprep_convert_exits_130(tmp_path, after_s):
     """During the imports or the conversion itself: 130, "interrupted", no "Aborted!" and no traceback."""
-    args = ["dataprep", "convert", "--source", "synthetic-images", "--limit", "2000000", "--format", "hdf5",
-            "--output", str(tmp_path / "out"), "--quiet"]  # fmt: skip
+    args = [
+        "dataprep",
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "2000000",
+        "--format",
+        "hdf5",
+        "--output",
+        str(tmp_path / "out"),
+        "--quiet",
+    ]
     done = interrupted(args, after_s, tmp_path)
     assert done.returncode == 130, done.stderr
     assert "interrupted" in done.stderr and "Aborted!" not in done.stderr and "Traceback" not in done.stderr
@@ -50,8 +67,22 @@ def test_ctrl_c_in_dataprep_convert_exits_130(tmp_path, after_s):
 def test_ctrl_c_while_train_starts_exits_130(synthetic_images, tmp_path):
     """Before the training loop has a step to stop after (imports, the model, the loader): 130 as well."""
     data = synthetic_images(64)
-    args = ["training", "--data", str(data), "--device", "cpu", "--model", "tiny", "--loader", "hdf5", "--steps",
-            "100000", "--out", str(tmp_path / "run"), "--no-progress"]  # fmt: skip
+    args = [
+        "training",
+        "--data",
+        str(data),
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--loader",
+        "hdf5",
+        "--steps",
+        "100000",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     done = interrupted(args, 1.0, tmp_path)
     assert done.returncode == 130, done.stderr
     assert "Aborted!" not in done.stderr and "Traceback" not in done.stderr

@@ -47,9 +47,20 @@ def test_ffcv_leaves_torch_threads_alone(synthetic_images, torch_threads):
 def test_grid_folds_ffcv_worker_counts_above_the_limit(tmp_path):
     """Worker counts above the limit are one configuration, run at the limit; torch's are not capped."""
     limit = thread_limit()
-    jobs = expand(data=tmp_path, backends=("ffcv", "torch"), workers=(1, limit + 1, limit + 5), pin_memory=(True,),
-                  batch_sizes=(8,), model="tiny", steps=2, warmup=1, device="cpu", cpus=None, compile=False,
-                  repeats=1)  # fmt: skip
+    jobs = expand(
+        data=tmp_path,
+        backends=("ffcv", "torch"),
+        workers=(1, limit + 1, limit + 5),
+        pin_memory=(True,),
+        batch_sizes=(8,),
+        model="tiny",
+        steps=2,
+        warmup=1,
+        device="cpu",
+        cpus=None,
+        compile=False,
+        repeats=1,
+    )
     ffcv = sorted(j.workers for j in jobs if j.backend == "ffcv")
     assert ffcv == sorted({1, limit})
     assert sorted(j.workers for j in jobs if j.backend == "torch") == [1, limit + 1, limit + 5]
@@ -65,9 +76,30 @@ def test_bench_loaders_with_more_ffcv_workers_than_cores(synthetic_images, tmp_p
     from bench.cli import cli
 
     data, limit = synthetic_images(64, ("ffcv",)), thread_limit()
-    args = ["loaders", "--data", str(data), "--backends", "ffcv", "--workers", f"1,{limit + 2}", "--model", "tiny",
-            "--batch-size", "8", "--steps", "2", "--timing-warmup", "1", "--device", "cpu", "--precision", "fp32",
-            "--out", str(tmp_path / "out"), "--no-progress"]  # fmt: skip
+    args = [
+        "loaders",
+        "--data",
+        str(data),
+        "--backends",
+        "ffcv",
+        "--workers",
+        f"1,{limit + 2}",
+        "--model",
+        "tiny",
+        "--batch-size",
+        "8",
+        "--steps",
+        "2",
+        "--timing-warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--precision",
+        "fp32",
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert f"--workers {limit + 2} runs as {limit}" in result.output and "0 failed" in result.output

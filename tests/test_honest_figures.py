@@ -19,8 +19,17 @@ from training.summary import lines, timed_steps
 
 
 def _group(backend: str, workers: int | None, rate: float, vs: float) -> dict:
-    return {"backend": backend, "workers": workers, "pin_memory": None, "device": "cpu", "model": "tiny",
-            "samples_per_s": rate, "starvation": 0.001, "vs_data_free": vs, "host_behind": None}  # fmt: skip
+    return {
+        "backend": backend,
+        "workers": workers,
+        "pin_memory": None,
+        "device": "cpu",
+        "model": "tiny",
+        "samples_per_s": rate,
+        "starvation": 0.001,
+        "vs_data_free": vs,
+        "host_behind": None,
+    }
 
 
 def test_a_rate_above_the_data_free_rate_is_called_noise_and_hides_no_gain():
@@ -81,8 +90,23 @@ def test_a_cpu_run_prints_no_gpu_figures(synthetic_images, tmp_path):
     from training.cli import train
 
     data = synthetic_images(64)
-    args = ["--data", str(data), "--loader", "gpu", "--steps", "4", "--log-every", "2", "--device", "cpu",
-            "--batch-size", "8", "--out", str(tmp_path / "run"), "--no-progress"]  # fmt: skip
+    args = [
+        "--data",
+        str(data),
+        "--loader",
+        "gpu",
+        "--steps",
+        "4",
+        "--log-every",
+        "2",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "8",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-progress",
+    ]
     result = CliRunner().invoke(train, args)
     assert result.exit_code == 0, result.output
     out = result.output
@@ -97,9 +121,29 @@ def test_a_cpu_run_prints_no_gpu_figures(synthetic_images, tmp_path):
 
 
 def test_groups_keep_how_busy_the_machine_was():
-    rows = [{"kind": "loader", "crosscheck": False, "error": "", "digest": "d", "device": "cpu", "model": "tiny",
-             "batch_size": 8, "cpus": None, "precision": "fp32", "compile": False, "nproc": 1, "backend": "hdf5",
-             "workers": 0, "pin_memory": None, "samples_per_s": r, "starvation": 0.0, "other_share": share,
-             "grid_id": "g", "name": f"n{r}"} for r, share in ((10.0, 0.05), (11.0, 0.4))]  # fmt: skip
+    rows = [
+        {
+            "kind": "loader",
+            "crosscheck": False,
+            "error": "",
+            "digest": "d",
+            "device": "cpu",
+            "model": "tiny",
+            "batch_size": 8,
+            "cpus": None,
+            "precision": "fp32",
+            "compile": False,
+            "nproc": 1,
+            "backend": "hdf5",
+            "workers": 0,
+            "pin_memory": None,
+            "samples_per_s": r,
+            "starvation": 0.0,
+            "other_share": share,
+            "grid_id": "g",
+            "name": f"n{r}",
+        }
+        for r, share in ((10.0, 0.05), (11.0, 0.4))
+    ]
     (g,) = group(rows)
     assert g["other_share_max"] == 0.4

@@ -120,8 +120,10 @@ def capped(backends, workers, cpus: int | None) -> str | None:
     if not over or not set(backends) & set(THREAD_CAPPED):
         return None
     counts = ", ".join(map(str, over))
-    return (f"ffcv: numba runs at most {limit} threads here (the cores each run may use, or NUMBA_NUM_THREADS): "
-            f"--workers {counts} run{'s' * (len(over) == 1)} as {limit}")  # fmt: skip
+    return (
+        f"ffcv: numba runs at most {limit} threads here (the cores each run may use, or NUMBA_NUM_THREADS): "
+        f"--workers {counts} run{'s' * (len(over) == 1)} as {limit}"
+    )
 
 
 def expand(
