@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from dataprep.cli_common import check_vae_option, renamed, take_renamed
 from dataprep.text import printable
 from training.config import GRAD_SYNCS
 
@@ -72,9 +73,19 @@ def cli() -> None:
 @DATA
 @click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends; none: only the "
               "model's data-free rate.")  # fmt: skip
-@click.option("--workers", default="0,4,8", help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali).")
+@click.option(
+    "--workers",
+    default=None,
+    help="Comma list of worker counts (ignored by gpu; >= 1 for ffcv/dali) "
+    "[default: 0,4,8; on a CPU 0, half and all of its cores].",
+)
 @click.option("--pin-memory", "pins", default="on,off", help="on, off or on,off (CUDA only; torch and hdf5).")
-@click.option("--batch-size", "batch_sizes", default="128", help="Comma list of batch sizes.")
+@click.option(
+    "--batch-size",
+    "batch_sizes",
+    default=None,
+    help="Comma list of batch sizes [default: 128; 32 on a CPU, as train takes there].",
+)
 @click.option(
     "--model",
     type=click.Choice(("auto", *MODEL_CHOICES)),
@@ -83,7 +94,14 @@ def cli() -> None:
     "ddpm_audio_mel for audio), tiny on CPU; none: the loader alone, its ceiling against that preset's appetite.",
 )
 @click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU].")
-@click.option("--warmup", type=click.IntRange(min=0), default=None, help="Steps left out [default: 20; 2 on CPU].")
+@click.option(
+    "--timing-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Steps run first and left out of every figure (start-up, compilation) [default: 20; 2 on CPU].",
+)
+@renamed("--warmup")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--cpus", type=click.IntRange(min=1), default=None,
               help="Pin each run (each rank) to N cores of its own [default: all, shared].")  # fmt: skip
@@ -97,7 +115,12 @@ def cli() -> None:
     help="torch.compile the model (the first configuration saves its kernels to the compile cache, the rest load "
     "them).",
 )
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option(
+    "--precision",
+    type=click.Choice(["bf16", "fp16", "fp32"]),
+    default=None,
+    help="[default: bf16; fp32 on a CPU, as train takes there].",
+)
 @click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
               "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip
 @click.option("--grad-sync", type=click.Choice(GRAD_SYNCS), default="ddp", help="With --nproc: how the ranks average "
@@ -146,13 +169,16 @@ def loaders(
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
     from dataprep.stopping import Stopped
+    from training.cpu_defaults import CpuDefaults
 
     from .fastest.choice import default_results_dir
-    from .grid.job import preset_for
+    from .grid.job import capped, preset_for, runs_in_words
     from .grid.runner import GridConfig, run_grid
 
+    take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
     if not (data / "manifest.json").is_file():
         raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
+    check_vae_option(options["vae"])
     device = _device(device)
     allowed = len(os.sched_getaffinity(0))
     if cpus and cpus > allowed:
@@ -172,13 +198,19 @@ def loaders(
     options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
     if options["model"] == "auto":
         options["model"] = preset_for(data, device, options["vae"])
+    # on a CPU what `train` takes there (training.cpu_defaults), so that `train --loader fastest` finds these runs
+    cpu_batch, cpu_precision = CpuDefaults.batch_size, CpuDefaults.precision
+    options["precision"] = options["precision"] or (cpu_precision if cpu else "bf16")
+    batch_sizes = _ints(batch_sizes or (str(cpu_batch) if cpu else "128"), "--batch-size", "128,512", 1)
+    cores = cpus or allowed
+    workers = workers or (",".join(map(str, dict.fromkeys((0, max(1, cores // 2), cores)))) if cpu else "0,4,8")
     cfg = GridConfig(
         data=data,
         out=out or default_results_dir(data),
         backends=_present(data, parse_backends(backends), click.get_current_context()),
         workers=_ints(workers, "--workers", "0,4,8", 0),
         pin_memory=parse_pins(pins),
-        batch_sizes=_ints(batch_sizes, "--batch-size", "128,512", 1),
+        batch_sizes=batch_sizes,
         device=device,
         cpus=cpus,
         nproc=nprocs,
@@ -186,15 +218,23 @@ def loaders(
         time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
     )
+    _check_fits(data, cfg.batch_sizes, nprocs, options["global_batch"])
+    note = capped(cfg.backends, cfg.workers, cpus)
+    if note:
+        click.echo(note, err=True)
     try:
         outcome = run_grid(cfg, echo=lambda line: click.echo(printable(line), err=as_json))  # stdout: the JSON alone
     except (KeyboardInterrupt, Stopped) as e:
         click.echo(printable(f"interrupted: {e.args[0] if e.args else ''}; rerun with --resume to continue"), err=True)
         raise SystemExit(e.exit_code if isinstance(e, Stopped) else 130) from None
-    click.echo(f"{len(outcome.done)} configurations finished, {len(outcome.failed)} failed", err=as_json)
+    finished = runs_in_words([p.stem for p in outcome.done])
+    click.echo(f"{finished} finished, {len(outcome.failed)} failed", err=as_json)
     _answer(cfg.out, outcome.failed, as_json)
     if outcome.failed:
-        raise click.ClickException(f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log)")
+        raise click.ClickException(
+            f"failed: {', '.join(outcome.failed)} (errors in their JSON and grid.log); the "
+            "answer above is from the runs that finished"
+        )
 
 
 def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, global_batch, ctx) -> None:
@@ -232,6 +272,21 @@ def _present(data: Path, backends: tuple[str, ...], ctx) -> tuple[str, ...]:
     formats = json.loads((data / "manifest.json").read_text()).get("formats", {})
     present = tuple(b for b in backends if NEEDS_FORMAT[b] in formats or (b == "gpu" and "files" in formats))
     return present or backends
+
+
+def _check_fits(data: Path, batch_sizes: tuple[int, ...], nprocs: tuple[int, ...], global_batch) -> None:
+    """Refuse a batch larger than the data gives each rank, before any run starts, with a size that fits."""
+    import json
+
+    from loaders.errors import too_small
+
+    count = json.loads((data / "manifest.json").read_text()).get("count")
+    if not isinstance(count, int):  # a damaged manifest: the runs' loaders name what is wrong with it
+        return
+    for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
+        problem = too_small(count, bs, n)
+        if problem:
+            raise click.BadParameter(problem, param_hint="--global-batch" if global_batch else "--batch-size")
 
 
 def _answer(results_dir: Path, failed: list[str], as_json: bool) -> None:
@@ -279,7 +334,14 @@ def report(results_dir: Path) -> None:
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("gpufeed-watch"),
               help="Where watch.json and the per-rank figures go.")  # fmt: skip
-@click.option("--warmup", type=click.IntRange(min=0), default=20, help="Steps left out first (compilation, start-up).")
+@click.option(
+    "--timing-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=20,
+    help="Steps left out of every figure first (compilation, start-up).",
+)
+@renamed("--warmup")
 @click.option("--every", type=click.IntRange(min=0), default=100, help="A progress line every N steps (0: none).")
 @click.option("--loader-name", default=None, help="Measure the loader whose label contains this [default: the one "
               "consumed most]; labels are listed at the end of a run.")  # fmt: skip
@@ -309,6 +371,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
 
     from .watcher.session import WatchConfig, describe, watch_command
 
+    take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench watch")
     if options["data_free"] and options["compare"]:
         raise click.BadParameter(
             "--compare already includes a data-free run; pass one of them", param_hint="--data-free"
@@ -333,11 +396,13 @@ def watch(command, out, cpus, as_json, **options) -> None:
 @cli.command()
 @DATA
 @click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=128, help="Per rank.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Per rank [default: 128; 32 on a CPU].")
 @click.option("--nproc", type=click.IntRange(min=1), default=1, help="Ranks training will run: their results win, "
               "else one process's.")  # fmt: skip
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default="bf16")
+@click.option(
+    "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=None, help="[default: bf16; fp32 on a CPU]."
+)
 @click.option("--compile/--no-compile", default=False)
 @click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
@@ -353,10 +418,14 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
 
     from dataprep import ranks
     from loaders import LoaderError
+    from training.cpu_defaults import CpuDefaults
 
     from .fastest.choice import choose
 
     device = _device(device)
+    cpu = not device.startswith("cuda")  # what `train` takes on a CPU (training.cpu_defaults)
+    batch_size = batch_size or (CpuDefaults.batch_size if cpu else 128)
+    precision = precision or (CpuDefaults.precision if cpu else "bf16")
     rank, world, _ = ranks.world()
     watch = None
     if world > 1:  # one of `train --loader fastest`'s children: every rank of the training started one (together.py)

@@ -78,8 +78,11 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
             channels, size, vae, batch_size, device, vae_precision, compile, overwrite, quiet,
             timings) -> None:  # fmt: skip
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
+    from .cli_common import check_vae_option
     from .convert import ConvertConfig
     from .convert import convert as run
+
+    check_vae_option(vae)
 
     cfg = ConvertConfig(
         output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,

@@ -1,5 +1,6 @@
-"""How a `dataprep` or `bench` command ends: within seconds of the first Ctrl-C or SIGTERM (exit 130 or 143, as a shell
-reports a death by that signal), and promptly after its error, whichever thread or process the error came from.
+"""How a `dataprep`, `bench` or `train` command ends: within seconds of the first Ctrl-C or SIGTERM (exit 130 or 143, as
+a shell reports a death by that signal), and promptly after its error, whichever thread or process the error came
+from. `train`'s loop takes the signals over while it runs (training.stopping: it checkpoints first).
 
 The first SIGINT or SIGTERM raises `Stopped` in the main thread (not KeyboardInterrupt, which click turns into exit
 1), so the command's own cleanup runs as for any error: worker processes are killed, the temporary output is
@@ -17,7 +18,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+
+import click
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 3.0  # cleanup after a stop request or an error: removing a temporary output of GBs takes ~1 s
@@ -104,9 +106,10 @@ def _watch_wakeup(fd: int) -> None:
                     _deadline(GRACE_S + 1.0, 128 + signum)
 
 
-def run(command: Callable[[], object]) -> None:
-    """Run a click command line (standalone: it ends in SystemExit) with the stop signals handled as above; never
-    returns."""
+def run(command: click.Command) -> None:
+    """Run a click command line as its console script does, with the stop signals handled as above; never returns.
+    A KeyboardInterrupt that still reaches here (a SIGINT handler of a library's, restored) is a stop by SIGINT too,
+    not click's "Aborted!" and exit 1, which a script cannot tell from a failure."""
     code = 0
     for s in SIGNALS:
         signal.signal(s, _handle)
@@ -115,7 +118,7 @@ def run(command: Callable[[], object]) -> None:
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     threading.Thread(target=_watch_wakeup, args=(read,), daemon=True, name="gpufeed-stop-watch").start()
     try:
-        command()
+        code = _invoke(command)
     except Stopped as e:
         code = e.exit_code
         print(f"stopped by {e}", file=sys.stderr)
@@ -129,6 +132,22 @@ def run(command: Callable[[], object]) -> None:
     if stopped_by and not _patient:  # a stop signal decides the code, whoever handled it (however late it came);
         code = 128 + stopped_by[0]  # bench watch's is its program's
     _end(code)
+
+
+def _invoke(command: click.Command) -> int:
+    """The command's exit status; click's own handling of errors, with an interrupt as a stop by SIGINT."""
+    try:
+        result = command.main(standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except (click.Abort, KeyboardInterrupt) as e:
+        if isinstance(e, click.Abort) and not isinstance(e.__context__, KeyboardInterrupt):
+            print("Aborted!", file=sys.stderr)  # end of input at a prompt: no signal
+            return 1
+        print("stopped by SIGINT", file=sys.stderr)
+        return 128 + signal.SIGINT
+    return result if isinstance(result, int) else 0
 
 
 def _end(code: int) -> None:

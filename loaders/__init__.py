@@ -22,6 +22,13 @@ EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio
 NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5", "stream": "stream"}
 
 
+def backend_label(name: str, device: str) -> str:
+    """A backend's name as people read it: `gpu` holds the whole dataset in the device's memory, RAM on a CPU."""
+    if name == "gpu" and not str(device).startswith("cuda"):
+        return "gpu (dataset resident in RAM here: no GPU)"
+    return name
+
+
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
     from dataprep.manifest import ManifestError, load_manifest
@@ -75,4 +82,4 @@ def build_loader(name: str, data_dir: str | Path, **options):
         ) from None
 
 
-__all__ = ["BACKENDS", "LoaderError", "build_loader"]
+__all__ = ["BACKENDS", "LoaderError", "backend_label", "build_loader"]

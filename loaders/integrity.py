@@ -13,6 +13,7 @@ Measured costs are in docs/RELIABILITY.md."""
 from __future__ import annotations
 
 import csv
+import importlib
 import os
 from pathlib import Path
 from stat import S_ISLNK, S_ISREG
@@ -97,9 +98,11 @@ def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict)
 
 
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    import ffcv.reader  # noqa: F401  (outside the try: a missing extra is build_loader's to name, not damage)
-
     from dataprep.formats.ffcv import data_file, field_names
+
+    # outside the try: a missing extra is build_loader's to name, not damage; through the backend, which keeps
+    # torch's thread count as FFCV is imported (by name: `from . import` would take a stale package attribute)
+    importlib.import_module("loaders.ffcv_backend")
 
     path = data_file(data_dir)
     require_regular(path)

@@ -210,8 +210,33 @@ def test_the_wheel_holds_the_product_and_no_study():
     find = {k: cfg["options.packages.find"][k].split() for k in ("include", "exclude")}
     shipped = set(find_packages(str(ROOT), **find))
     product = {n for n, p in module_names().items() if p.name == "__init__.py" and not n.startswith("bench.studies")}
-    assert shipped == product
-    assert "boot/sitecustomize.py" in cfg["options.package_data"]["bench.watcher"].split()
+    assert shipped == product and "bench.watcher.boot" in shipped  # sitecustomize.py ships as its module
+
+
+@pytest.mark.slow
+def test_an_editable_install_prints_no_warning_page(tmp_path):
+    """setuptools' editable build of a copy of the checkout (what `pip install -e .` runs) warns about nothing: its
+    BuildBackendWarning pages about the flat layout and the boot folder filled 40 lines of `make setup`. The wheel
+    puts the checkout on sys.path."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    src = tmp_path / "src"
+    skip = shutil.ignore_patterns("results", "studies", "__pycache__", "*.egg-info")
+    for name in (*PACKAGES, "setup.cfg", "pyproject.toml", "README.md"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, src / name, **({"ignore": skip} if (ROOT / name).is_dir() else {}))
+    code = "import setuptools.build_meta as b, sys; print(b.build_editable(sys.argv[1]))"
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code, str(tmp_path / "wheel")], cwd=src, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    with zipfile.ZipFile(tmp_path / "wheel" / done.stdout.strip().splitlines()[-1]) as wheel:
+        (pth,) = [n for n in wheel.namelist() if n.endswith(".pth")]
+        assert wheel.read(pth).decode().strip() == str(src)
 
 
 @pytest.mark.parametrize("pkg", PACKAGES)

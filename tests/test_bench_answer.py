@@ -24,7 +24,7 @@ def image_data(synthetic_images) -> Path:
 def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_data, tmp_path):
     out = tmp_path / "res"
     args = ["loaders", "--data", str(image_data), "--workers", "0,2", "--device", "cpu", "--backends", "hdf5,gpu",
-            "--batch-size", "16", "--steps", "3", "--warmup", "1", "--precision", "fp32", "--out", str(out),
+            "--batch-size", "16", "--steps", "3", "--timing-warmup", "1", "--precision", "fp32", "--out", str(out),
             "--no-progress"]  # fmt: skip
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output

@@ -97,7 +97,7 @@ def test_help_is_instant_and_lists_the_options():
         "--batch-size",
         "--model",
         "--steps",
-        "--warmup",
+        "--timing-warmup",
         "--device",
         "--cpus",
         "--compile",

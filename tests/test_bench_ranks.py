@@ -22,7 +22,8 @@ def data(synthetic_images) -> Path:
 
 
 def args(data: Path, out: Path, *extra: str) -> list[str]:
-    opts = "--backends hdf5 --workers 0 --pin-memory on --model tiny --steps 3 --warmup 1 --device cpu --no-progress"
+    opts = "--backends hdf5 --workers 0 --pin-memory on --model tiny --steps 3 --timing-warmup 1 --device cpu"
+    opts += " --no-progress"
     return ["loaders", "--data", str(data), "--out", str(out), *opts.split(), *extra]
 
 
@@ -34,7 +35,7 @@ def test_two_ranks_on_a_core_each_merge_into_one_record(data, tmp_path):
     out = tmp_path / "results"
     done = CliRunner().invoke(cli, args(data, out, "--batch-size", "16", "--nproc", "1,2", "--cpus", "1"))
     assert done.exit_code == 0, done.output
-    rec = json.loads((out / "hdf5-w0-pinna-np2-bs16-tiny-cpus1-bf16-cpu-r0.json").read_text())
+    rec = json.loads((out / "hdf5-w0-pinna-np2-bs16-tiny-cpus1-fp32-cpu-r0.json").read_text())  # a CPU's default
     f, ranks = rec["figures"], rec["figures"]["ranks"]
     assert rec["job"]["nproc"] == f["nproc"] == 2 and [r["rank"] for r in ranks] == [0, 1]
     assert f["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] for r in ranks))
@@ -47,7 +48,7 @@ def test_two_ranks_on_a_core_each_merge_into_one_record(data, tmp_path):
     pinned = rec["run"]["cpus_pinned"]
     assert len(pinned) == 2 and all(len(c) == 1 for c in pinned) and pinned[0] != pinned[1]
     assert f["cpu_cores"] == pytest.approx(sum(r["cpu_cores"] for r in ranks))
-    free = json.loads((out / "datafree-np2-bs16-tiny-cpus1-bf16-cpu-r0.json").read_text())
+    free = json.loads((out / "datafree-np2-bs16-tiny-cpus1-fp32-cpu-r0.json").read_text())
     assert len(free["figures"]["ranks"]) == 2 and rec["data_free_rate"] == free["figures"]["samples_per_s"]
     assert not list((out / ".ranks").iterdir()), "the ranks' records are merged, then removed"
 

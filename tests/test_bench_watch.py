@@ -107,7 +107,7 @@ def _explain(proc) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 # GPU: gpufeed's own trainer as the reference (the lead runs these on an H100)
 
-GPU_WARMUP = 10  # steps left out on both sides (the trainer's --timing-warmup, bench watch's --warmup)
+GPU_WARMUP = 10  # steps left out on both sides (the trainer's --timing-warmup, bench watch's --timing-warmup)
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +145,7 @@ def test_gpu_watch_agrees_with_the_trainers_own_starvation(gpu_images, tmp_path)
     and the 150th request has no next one), from request 10 to request 149."""
     steps = 150
     proc, w = run_watch(tmp_path / "w", _trainer(gpu_images, tmp_path / "run", "torch", steps),
-                        "--warmup", str(GPU_WARMUP), timeout=600)  # fmt: skip
+                        "--timing-warmup", str(GPU_WARMUP), timeout=600)  # fmt: skip
     assert proc.returncode == 0, _explain(proc)
     own = _trainer_summary(proc.stdout)["starvation"]
     print(f"\nG1 agreement: trainer starvation {own['starvation']:.4f} over {own['steps']} steps, host behind "
@@ -172,7 +172,7 @@ def test_gpu_watch_costs_under_one_percent_of_a_compiled_loop(gpu_images, tmp_pa
         for mode in ("plain", "watched"):
             cmd = _trainer(gpu_images, tmp_path / f"run-{mode}-{r}", "gpu", steps, "--compile", warmup=warmup)
             if mode == "watched":
-                proc, w = run_watch(tmp_path / f"w{r}", cmd, "--warmup", str(warmup), timeout=600, env=env)
+                proc, w = run_watch(tmp_path / f"w{r}", cmd, "--timing-warmup", str(warmup), timeout=600, env=env)
                 watched_figures.append(w)
             else:
                 proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -225,10 +225,10 @@ def test_gpu_watch_agrees_with_a_profiler_trace(tmp_path):
     steps.
 
     The trace's figure covers the gaps before profiled steps 1..38 (fetches 21..58) and spans the end of the step
-    after fetch 20 to the end of the one after fetch 58; bench watch with --warmup 21 covers requests 21..58 and
+    after fetch 20 to the end of the one after fetch 58; bench watch with --timing-warmup 21 covers requests 21..58 and
     spans request 21 to request 59, whose events complete at those same two step ends."""
     prog = _program(tmp_path, PROFILED, "profiled.py")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), str(tmp_path)], "--warmup", "21", timeout=300)
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), str(tmp_path)], "--timing-warmup", "21", timeout=300)
     assert proc.returncode == 0, _explain(proc)
     trace = json.loads((tmp_path / "trace-figures.json").read_text())
     print(f"\nG3 trace: {trace}; bench watch: starvation {w['starvation']:.4f} over {w['steps']} steps")
@@ -252,7 +252,7 @@ def test_known_share_is_measured(tmp_path):
     """A loader that sleeps 20 ms per batch before a 60 ms step: starvation near 25% (KNOWN_SHARE), the steps and
     batch size as run, the loader named by its program file, the program's exit code."""
     prog = _program(tmp_path, KNOWN)
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--warmup", "3")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--timing-warmup", "3")
     assert proc.returncode == 0, _explain(proc)
     assert w["exit_code"] == 0 and w["steps"] == 25 - 1 - 3 and w["batch_size"] == 4 and w["ranks"] == 1
     assert w["runs"][0]["figures"]["source"] == "host-wait"
@@ -270,7 +270,7 @@ def test_tensorboard_scalars_follow_the_progress_line(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     prog = _program(tmp_path, KNOWN)
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--warmup", "3", "--every", "10",
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--timing-warmup", "3", "--every", "10",
                         "--tensorboard")  # fmt: skip
     assert proc.returncode == 0, _explain(proc)
     board = EventAccumulator(str(tmp_path / "w" / "tensorboard" / "real-r0"))
@@ -289,7 +289,7 @@ def test_torchrun_ranks_are_measured_and_merged(tmp_path):
     mean within 2 points of 25% and the worst rank beside it."""
     prog = _program(tmp_path, KNOWN)
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(prog), "--dist"]
-    proc, w = run_watch(tmp_path / "w", cmd, "--warmup", "3")
+    proc, w = run_watch(tmp_path / "w", cmd, "--timing-warmup", "3")
     assert proc.returncode == 0, _explain(proc)
     assert w["ranks"] == 2
     per_rank = w["runs"][0]["per_rank"]
@@ -309,7 +309,7 @@ def test_compare_gives_the_data_free_rate_and_keeps_epoch_length(tmp_path):
     otherwise)."""
     prog = _program(tmp_path, KNOWN)
     cmd = [PY, str(prog), "--wait", "0.03", "--compute", "0.03", "--batches", "12", "--epochs", "2"]
-    proc, w = run_watch(tmp_path / "w", cmd, "--compare", "--warmup", "3")
+    proc, w = run_watch(tmp_path / "w", cmd, "--compare", "--timing-warmup", "3")
     assert proc.returncode == 0, _explain(proc)
     assert [(r["mode"], r["exit_code"]) for r in w["runs"]] == [("data-free", 0), ("real", 0)]
     free = w["runs"][0]["figures"]
@@ -326,7 +326,7 @@ def test_data_free_alone_replays(tmp_path):
     """--data-free runs only the replay: one run, nearly no wait, the real loader's batch size."""
     prog = _program(tmp_path, KNOWN)
     proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "10", "--compute", "0.01"], "--data-free",
-                        "--warmup", "2")  # fmt: skip
+                        "--timing-warmup", "2")  # fmt: skip
     assert proc.returncode == 0, _explain(proc)
     assert [r["mode"] for r in w["runs"]] == ["data-free"]
     assert w["batch_size"] == 4 and w["starvation"] < 0.03 and w["wait_median_ms"] < 2
@@ -350,7 +350,7 @@ def test_replay_hands_out_batches_the_program_has_not_modified(tmp_path):
     """A program that modifies each batch in place (x.mul_) gets, in the data-free run too, the loader's values
     every time, not a replayed batch it already modified (the program exits 1 otherwise)."""
     prog = _program(tmp_path, IN_PLACE_PROGRAM, "inplace.py")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--data-free", "--warmup", "2", "--replay-batches", "4")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--data-free", "--timing-warmup", "2", "--replay-batches", "4")
     assert proc.returncode == 0 and w["runs"][0]["exit_code"] == 0, _explain(proc)
     assert w["steps"] == 40 - 1 - 2
 
@@ -362,12 +362,12 @@ def test_loader_name_picks_the_loader(tmp_path):
     prog = _program(tmp_path, KNOWN)
     cmd = [PY, str(prog), "--batches", "6", "--epochs", "2", "--val-batches", "3", "--wait", "0.005",
            "--compute", "0.005"]  # fmt: skip
-    proc, w = run_watch(tmp_path / "train", cmd, "--warmup", "2")
+    proc, w = run_watch(tmp_path / "train", cmd, "--timing-warmup", "2")
     assert proc.returncode == 0, _explain(proc)
     assert "TrainSet" in w["loader"] and w["batch_size"] == 4 and w["steps"] == 12 - 1 - 2
     assert [("TrainSet" in x["label"], x["requests"]) for x in w["loaders"]] == [(True, 12), (False, 6)]
     assert "ValSet" in w["loaders"][1]["label"] and "other loaders seen" in proc.stdout
-    proc, w = run_watch(tmp_path / "val", cmd, "--warmup", "2", "--loader-name", "ValSet")
+    proc, w = run_watch(tmp_path / "val", cmd, "--timing-warmup", "2", "--loader-name", "ValSet")
     assert proc.returncode == 0, _explain(proc)
     assert "ValSet" in w["loader"] and w["batch_size"] == 2 and w["steps"] == 6 - 1 - 2
     assert len(w["loaders"]) == 2
@@ -379,7 +379,7 @@ def test_crash_keeps_exit_code_traceback_and_figures(tmp_path):
     after warm-up and the traceback."""
     prog = _program(tmp_path, KNOWN)
     cmd = [PY, str(prog), "--batches", "25", "--crash-at", "15", "--wait", "0.01", "--compute", "0.01"]
-    proc, w = run_watch(tmp_path / "w", cmd, "--warmup", "3")
+    proc, w = run_watch(tmp_path / "w", cmd, "--timing-warmup", "3")
     assert proc.returncode == 1 and w["exit_code"] == 1, _explain(proc)
     assert w["steps"] == 15 - 1 - 3 and w["samples_per_s"] > 0
     error = w["runs"][0]["error"]
@@ -404,7 +404,7 @@ def test_ctrl_c_passes_the_programs_status_and_keeps_figures(tmp_path):
     """Ctrl-C (SIGINT to the process group) after 10 steps: bench watch ends with the program's status (killed by
     SIGINT: 130 as a shell reports it, or the same signal), and watch.json holds the steps measured so far."""
     prog = _program(tmp_path, KNOWN)
-    cmd = [PY, "-m", "bench", "watch", "--out", str(tmp_path / "w"), "--warmup", "3", "--every", "5", "--", PY,
+    cmd = [PY, "-m", "bench", "watch", "--out", str(tmp_path / "w"), "--timing-warmup", "3", "--every", "5", "--", PY,
            str(prog), "--batches", "1000", "--wait", "0.01", "--compute", "0.01"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -477,7 +477,7 @@ def test_python_api_under_the_command_measures_once(tmp_path):
     """A program using `watch(loader)` run under `bench watch`: one loader measured, once, and the program's own
     summary() is the figure in watch.json."""
     prog = _program(tmp_path, API_PROGRAM, "api.py")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--warmup", "2")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--timing-warmup", "2")
     assert proc.returncode == 0, _explain(proc)
     assert len(w["loaders"]) == 1 and w["loaders"][0]["requests"] == 12 and w["steps"] == 12 - 1 - 2
     own = json.loads(proc.stdout.split("SUMMARY ", 1)[1].splitlines()[0])
@@ -532,7 +532,7 @@ def test_a_programs_own_bench_training_loaders_and_dataprep_under_watch(tmp_path
     `bench watch`: none of the four names is taken when it starts, it imports its own packages, and its loader is
     still measured."""
     prog = _own_program(tmp_path / "prog")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--warmup", "2")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--timing-warmup", "2")
     got = _own_figures(proc)
     assert got["taken"] == []
     assert got["own"] == {name: _mark(name) for name in OWN_PACKAGES.values()}
@@ -595,7 +595,7 @@ for batch in loader:
 def test_accelerate_prepared_loader_is_measured_once(tmp_path):
     """A DataLoader prepared by accelerate is measured at the prepared loader (DataLoaderShard), not also inside."""
     prog = _program(tmp_path, ACCELERATE_PROGRAM, "acc.py")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--warmup", "2")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog)], "--timing-warmup", "2")
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("DataLoaderShard") and len(w["loaders"]) == 1
     assert w["loaders"][0]["requests"] == 12 and w["batch_size"] == 4
@@ -624,7 +624,7 @@ def test_gpufeed_loader_is_measured(small_hdf5, tmp_path):
     """gpufeed's own hdf5 loader is watched and replayed (--compare): 2 epochs of 8 batches of 8 in both runs,
     labelled Hdf5Loader."""
     prog = _program(tmp_path, GPUFEED_PROGRAM, "gf.py")
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), str(small_hdf5)], "--compare", "--warmup", "2")
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), str(small_hdf5)], "--compare", "--timing-warmup", "2")
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("Hdf5Loader") and len(w["loaders"]) == 1
     assert [r["figures"]["steps"] for r in w["runs"]] == [16 - 1 - 2] * 2
@@ -633,7 +633,7 @@ def test_gpufeed_loader_is_measured(small_hdf5, tmp_path):
 
 def _quick_watch(out: Path, prog: Path) -> dict:
     proc, w = run_watch(out, [PY, str(prog), "--batches", "8", "--wait", "0.005", "--compute", "0.005"],
-                        "--warmup", "2")  # fmt: skip
+                        "--timing-warmup", "2")  # fmt: skip
     assert proc.returncode == 0, _explain(proc)
     return w
 
@@ -717,14 +717,14 @@ def test_lucidrains_trainer_is_measured(folder_images, tmp_path):
     """lucidrains' real Trainer under bench watch: its own folder loader (through its cycle() generator) is measured,
     and with `--gpufeed DIR` gpufeed's hdf5 loader that replaces it."""
     imgs, data = folder_images
-    proc, w = run_watch(tmp_path / "own", [PY, *LUCIDRAINS, "--folder", str(imgs)], "--warmup", "3")
+    proc, w = run_watch(tmp_path / "own", [PY, *LUCIDRAINS, "--folder", str(imgs)], "--timing-warmup", "3")
     assert proc.returncode == 0, _explain(proc)
     # the Trainer prepares its DataLoader with accelerate, then draws from it through its cycle() generator
     assert w["loader"].startswith("DataLoaderShard(Dataset) x8 at denoising_diffusion_pytorch/")
     assert len(w["loaders"]) == 1
     assert w["steps"] >= 10 and w["batch_size"] == 16 and w["samples_per_s"] > 0
     cmd = [PY, *LUCIDRAINS, "--folder", str(imgs), "--gpufeed", str(data), "--backend", "hdf5", "--workers", "0"]
-    proc, w = run_watch(tmp_path / "gpufeed", cmd, "--warmup", "3")
+    proc, w = run_watch(tmp_path / "gpufeed", cmd, "--timing-warmup", "3")
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("Hdf5Loader") and len(w["loaders"]) == 1
     assert w["steps"] >= 10 and w["batch_size"] == 16 and w["samples_per_s"] > 0
@@ -780,12 +780,16 @@ def test_diffusers_program_is_measured_against_its_data_free_rate(folder_images,
     then (without --compare: the replay of gpufeed's batches is covered by test_gpufeed_loader_is_measured) gpufeed's
     hdf5 loader."""
     imgs, data = folder_images
-    proc, w = run_watch(tmp_path / "folder", [PY, *DIFFUSERS, "--folder", str(imgs)], "--compare", "--warmup", "3")
+    proc, w = run_watch(
+        tmp_path / "folder", [PY, *DIFFUSERS, "--folder", str(imgs)], "--compare", "--timing-warmup", "3"
+    )
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("DataLoaderShard(Images)") and len(w["loaders"]) == 1
     assert w["batch_size"] == 16 and w["steps"] == 12 - 1 - 3
     assert w["vs_data_free"] > 0 and w["data_free"]["samples_per_s"] > 0
-    proc, w = run_watch(tmp_path / "hdf5", [PY, *DIFFUSERS, "--data", str(data), "--loader", "hdf5"], "--warmup", "3")
+    proc, w = run_watch(
+        tmp_path / "hdf5", [PY, *DIFFUSERS, "--data", str(data), "--loader", "hdf5"], "--timing-warmup", "3"
+    )
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("Hdf5Loader") and len(w["loaders"]) == 1
     assert w["batch_size"] == 16 and w["steps"] == 12 - 1 - 3 and w["samples_per_s"] > 0

@@ -47,7 +47,7 @@ def test_layouts_are_detected(tmp_path):
     assert detect(tmp_path / "p") == detect(tmp_path / "p" / "cifar-10-batches-py") == "cifar10"
     assert detect(tmp_path / "k") == "kaggle" and detect(tmp_path / "f") == "imagefolder"
     (tmp_path / "readme.md").write_text("hi")
-    with pytest.raises(InputError, match=r"readme.md: a file that is not a tar archive; known layouts: cifar10"):
+    with pytest.raises(InputError, match=r"readme.md: a file that is not a tar or zip archive; known layouts: cifar10"):
         detect(tmp_path / "readme.md")
 
 

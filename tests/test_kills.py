@@ -24,7 +24,7 @@ STEPS, CKPT_EVERY = 24, 4
 
 def train_cmd(data: Path, out: Path, loader: str, workers: int, steps: int, *extra: str) -> list[str]:
     opts = f"--loader {loader} --model tiny --batch-size 8 --steps {steps} --precision fp32 --device cpu --lr 1e-3"
-    opts += f" --warmup 0 --workers {workers} --no-pin-memory --sample-every 0 --log-every 1"
+    opts += f" --lr-warmup 0 --workers {workers} --no-pin-memory --sample-every 0 --log-every 1"
     opts += f" --ckpt-every {CKPT_EVERY} --no-progress --timing-warmup 1"
     return [sys.executable, "-m", "training", "--data", str(data), "--out", str(out), *opts.split(), *extra]
 

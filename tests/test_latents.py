@@ -197,11 +197,12 @@ def test_draws_are_the_same_in_another_process(latent_images, backend, tmp_path)
 
 
 def test_missing_vae_directory_is_named(tmp_path):
-    """A --vae path that does not exist fails before any work, naming it and the fix, and writes nothing."""
+    """A --vae path that does not exist fails before any work (exit 2, a bad option), naming it and the fix, and
+    writes nothing."""
     out = tmp_path / "out"
     missing = tmp_path / "no-such-vae"
     r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", str(missing))
-    assert r.exit_code == 1 and str(missing) in r.output and "pass a local directory" in r.output, r.output
+    assert r.exit_code == 2 and str(missing) in r.output and "pass a local directory" in r.output, r.output
     assert nothing_written(out)
 
 
@@ -216,7 +217,7 @@ def test_a_unet_directory_is_not_an_autoencoder(tmp_path):
     r = convert_cli(
         "--source", "synthetic-images", "--limit", "8", "--output", str(out), "--vae", str(tmp_path / "unet")
     )
-    assert r.exit_code == 1 and "describes a UNet2DModel, not an AutoencoderKL" in r.output, r.output
+    assert r.exit_code == 2 and "describes a UNet2DModel, not an AutoencoderKL" in r.output, r.output
     assert nothing_written(out)
 
 

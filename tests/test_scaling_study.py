@@ -44,7 +44,7 @@ def test_the_summary_sets_each_rank_count_against_one(synthetic_images, tmp_path
     """A real grid over gloo, the data-free rate alone at 1 and 2 ranks, DDP and flat: the summary's table holds each
     rate with its speed-up over the 1-rank rate of the same setting, and the JSON every run."""
     data, res = synthetic_images(64), tmp_path / "res"
-    opts = "--model tiny --batch-size 8 --backends none --steps 3 --warmup 1 --device cpu --no-progress"
+    opts = "--model tiny --batch-size 8 --backends none --steps 3 --timing-warmup 1 --device cpu --no-progress"
     for name, extra in (("ddp", ["--nproc", "1,2"]), ("flat", ["--nproc", "2", "--grad-sync", "flat"])):
         done = CliRunner().invoke(
             cli, ["loaders", "--data", str(data), "--out", str(res / name), *opts.split(), *extra]

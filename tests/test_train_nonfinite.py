@@ -73,7 +73,7 @@ def poison(data: Path, fmt: str, index: int = 5, value: float = float("nan")) ->
 
 def args(data: Path, out: Path, loader: str, steps: int, *extra: str) -> list[str]:
     opts = f"--loader {loader} --model dit_tiny --batch-size {BATCH} --steps {steps} --precision fp32 --device cpu"
-    opts += " --workers 0 --no-pin-memory --sample-every 0 --log-every 2 --ckpt-every 4 --no-progress --warmup 0"
+    opts += " --workers 0 --no-pin-memory --sample-every 0 --log-every 2 --ckpt-every 4 --no-progress --lr-warmup 0"
     return ["--data", str(data), "--out", str(out), *opts.split(), "--timing-warmup", "1", *extra]
 
 

@@ -38,7 +38,8 @@ def test_short_run_prints_summary(runner, cifar_small, tmp_path):
     result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "3"])
     assert result.exit_code == 0, result.output
     text = result.stdout
-    assert text.startswith("trained tiny for 3 steps on cpu") and "samples/s, starvation " in text and "loss " in text
+    assert text.startswith("trained tiny for 3 steps on cpu") and "samples/s over 2 timed steps" in text
+    assert ", starvation " in text and "loss " in text
     assert "loader: gpu" in text and "chosen with --loader" in text and "metrics.jsonl" in text and "{" not in text
     saved = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert saved["steps"] == 3 and saved["backend"] == "gpu" and saved["samples_per_s"] > 0 and "losses" not in saved
@@ -89,9 +90,9 @@ def test_resume_without_checkpoint_exits_1(runner, cifar_small, tmp_path):
 
 
 def test_empty_shard_is_clear_error(runner, cifar_small, tmp_path):
-    """A batch larger than the dataset exits 1 saying the loader yields no batches."""
+    """A batch larger than the dataset exits 1 before the loader starts, naming a batch size that fits."""
     result = runner.invoke(train, base_args(cifar_small, tmp_path / "run") + ["--steps", "2", "--batch-size", "1024"])
-    assert result.exit_code == 1 and "yields no batches" in result.output
+    assert result.exit_code == 1 and "512 samples, fewer than one batch of 1024: pass --batch-size 512" in result.output
 
 
 def _audio(tmp_path, name: str, **convert_options):

@@ -31,7 +31,7 @@ def train_args(data: Path, out: Path, steps: int, device: str = "cpu", *extra: s
     """A tiny model, batch 8 per rank, a loss record every step (the resume compares them)."""
     opts = f"--loader hdf5 --model tiny --batch-size 8 --steps {steps} --precision {precision} --device {device}"
     opts += " --workers 0"
-    opts += " --no-pin-memory --sample-every 0 --log-every 1 --timing-warmup 1 --lr 1e-3 --warmup 0 --no-progress"
+    opts += " --no-pin-memory --sample-every 0 --log-every 1 --timing-warmup 1 --lr 1e-3 --lr-warmup 0 --no-progress"
     return ["-m", "training", "--data", str(data), "--out", str(out), *opts.split(), *extra]
 
 

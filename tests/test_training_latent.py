@@ -102,7 +102,7 @@ def test_resume_in_a_new_process_is_exact(latent_images, tmp_path):
     the uninterrupted run's weights and losses: the latent draws depend on (seed, epoch, batch) only."""
     full = main(dit_cfg(latent_images, tmp_path / "full", loader="hdf5", steps=12, log_every=3, ckpt_every=6))
     main(dit_cfg(latent_images, tmp_path / "cut", loader="hdf5", steps=6, log_every=3, ckpt_every=6))
-    args = "--loader hdf5 --model dit_tiny --batch-size 16 --steps 12 --lr 1e-3 --warmup 0 --precision fp32 "
+    args = "--loader hdf5 --model dit_tiny --batch-size 16 --steps 12 --lr 1e-3 --lr-warmup 0 --precision fp32 "
     args += "--device cpu --workers 0 --no-pin-memory --sample-every 0 --log-every 3 --ckpt-every 6 "
     args += "--timing-warmup 2 --no-progress --resume --json"
     cmd = [

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import click
 
+from dataprep.cli_common import check_vae_option, renamed, take_renamed
+
 from .bytecode import keep_bytecode
 from .config import (
     COMPILE_MODES,
@@ -21,6 +23,9 @@ from .config import (
     TrainConfig,
     default_compile_cache,
 )
+from .summary import MIN_TIMED_STEPS
+
+DEFAULT = click.core.ParameterSource.DEFAULT
 
 _defaults = TrainConfig.__dataclass_fields__
 
@@ -59,7 +64,14 @@ def _d(name: str):
 @click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))
-@click.option("--warmup", type=click.IntRange(min=0), default=_d("warmup"), help="Linear LR warm-up steps.")
+@click.option(
+    "--lr-warmup",
+    "warmup",
+    type=click.IntRange(min=0),
+    default=_d("warmup"),
+    help="Steps of linear learning-rate warm-up (steps left out of the timing: --timing-warmup).",
+)
+@renamed("--warmup")
 @click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables.")
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay.")
 @click.option("--precision", type=click.Choice(PRECISIONS), default=_d("precision"))
@@ -130,6 +142,8 @@ def _d(name: str):
 def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool,
           **options) -> None:  # fmt: skip
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
+    given = {"warmup"} if take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train") else set()
+    check_vae_option(options["vae"])
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     if options["compile"] and not no_compile_cache:  # before torch is imported: its imports are what it speeds up
@@ -149,6 +163,7 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
     if options["tensorboard"] and importlib.util.find_spec("tensorboard") is None:
         raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
                                  param_hint="--tensorboard")  # fmt: skip
+    _say_what_is_chosen(options, device, given)
     extra = {"device": device} if device else {}
     if no_compile_cache and compile_cache:
         raise click.BadParameter("give a directory or --no-compile-cache, not both", param_hint="--compile-cache")
@@ -198,6 +213,43 @@ def _usable_cache(given: Path | None) -> None:
             raise click.BadParameter(f"{path} {where} {kind}; {fix}", param_hint=hint)
 
 
+def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> None:
+    """On a CPU, its defaults for the options not given; and a warning when too few steps will be timed."""
+    speak = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 speaks for the run
+    if _on_cpu(device):
+        given |= {k for k in options if click.get_current_context().get_parameter_source(k) != DEFAULT}
+        note = for_cpu(options, given)
+        if note and speak:
+            click.echo(note, err=True)
+    steps, warmup = options["steps"], options["timing_warmup"]
+    if steps - warmup < MIN_TIMED_STEPS and not options["resume"] and speak:
+        click.echo(
+            f"train: {steps} steps with --timing-warmup {warmup} leave {max(steps - warmup, 0)} timed: the rate "
+            f"will be a rough figure (run {warmup + MIN_TIMED_STEPS} or more --steps to time it)",
+            err=True,
+        )
+
+
+def _on_cpu(device: str | None) -> bool:
+    if device is not None:
+        return device.startswith("cpu")
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def for_cpu(options: dict, given: set[str]) -> str | None:
+    """The CPU's defaults for the options not given (training.cpu_defaults); the line that says what they are."""
+    from .cpu_defaults import apply
+    from .stream import DataError, read_manifest
+
+    try:
+        kind = read_manifest(options["data"]).get("kind", "image")
+    except DataError as e:
+        raise click.ClickException(str(e)) from None
+    return apply(options, set(options) - given, kind, len(os.sched_getaffinity(0)))
+
+
 def _run(cfg: TrainConfig):
     from loaders import LoaderError
 
@@ -213,4 +265,6 @@ def _run(cfg: TrainConfig):
 
 
 def main() -> None:
-    train()
+    from dataprep.stopping import run
+
+    run(train)

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import torch
 
+from loaders import backend_label
+
 from . import ddp
 from .config import TrainConfig
 
@@ -90,7 +92,9 @@ class MetricsLog:
             cfg.out.mkdir(parents=True, exist_ok=True)
             self.file = open(cfg.out / "metrics.jsonl", "a")  # appended to across resumes
             peak = f"{self.peak:.0f} TFLOP/s ({self.peak_name})" if self.peak else "unknown for this device"
-            self.write(f"data: {backend} ({reason}); MFU peak: {peak}")
+            if reason:  # a loader given to the loop (bench's runs, `fastest`'s probe) is the caller's to describe
+                mfu = f"; MFU peak: {peak}" if self.cuda else ""
+                self.write(f"data: {backend_label(backend, device)} ({reason}){mfu}")
         self.board = None
         if info.main and cfg.tensorboard:  # the ecosystem's viewer: `tensorboard --logdir RUN_DIR/tensorboard`
             from torch.utils.tensorboard import SummaryWriter
@@ -156,10 +160,12 @@ class MetricsLog:
             if self.info.enabled:
                 mean, r, top = rec["starvation_mean"], rec["starvation_worst_rank"], rec["starvation_max"]
                 worst = f" (mean {mean:.1%}, worst rank {r}: {top:.1%})"
+            # on a CPU the FLOP rate of a preset sized for it rounds to 0.0, and device memory and MFU have no meaning
+            compute = f", {rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             self.write(
                 f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} img/s, wait "
-                f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{worst}, "
-                f"{rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
+                f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{worst}"
+                + (compute if self.cuda else "")
             )
 
     def _rates(self, s, flops: float | None) -> dict:
@@ -191,7 +197,8 @@ class MetricsLog:
         """Timing figures over the measured steps. Rates add up over ranks; starvation and host_behind are this
         rank's, with their mean over ranks and the worst rank beside them; `ranks` holds every rank's own figures."""
         n = len(timer.wall)
-        s = timer.summary(skip=max(0, min(self.cfg.timing_warmup, n - 2))) if n >= 2 else None
+        skip = max(0, min(self.cfg.timing_warmup, n - 2))  # a run shorter than its warm-up: its last 2 steps
+        s = timer.summary(skip=skip) if n >= 2 else None
         own = [math.nan] * 4
         if s is not None:
             behind = math.nan if s.host_behind is None else s.host_behind
@@ -201,9 +208,11 @@ class MetricsLog:
         figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
         if s is not None:
             rates = self._rates(s, flops)
-            starvation = s.to_dict() | merged(ranks, "starvation") | merged(ranks, "host_behind")
+            # how many steps the figures rest on (`steps`), and how many were left out (`untimed_steps`)
+            starvation = (
+                s.to_dict() | {"untimed_steps": skip} | merged(ranks, "starvation") | merged(ranks, "host_behind")
+            )
             if self.info.enabled:  # one more collective, on every rank alike (the same steps are measured)
-                skip = max(0, min(self.cfg.timing_warmup, n - 2))
                 rows = ddp.gather([*timer.idle_per_step(skip), s.wall_s], self.info, self.device)
                 starvation |= waited_on([r[:-1] for r in rows], sum(r[-1] for r in rows) / len(rows))
             figures = {

@@ -111,6 +111,11 @@ def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> Load
     """The backend and its settings; for "fastest", bench's answer. Under torchrun every rank asks in a child process
     of its own, and the children form a group of their own on a port rank 0 chose: with no results for this rank count
     they measure together, as the training will run (bench.fastest.together). Every rank takes rank 0's answer."""
+    from loaders.errors import too_small
+
+    problem = too_small(read_manifest(cfg.data).get("count", 0), cfg.batch_size, info.world_size)
+    if problem:  # before `bench fastest` measures, or a loader starts its workers, on data that gives no batch
+        raise DataError(f"{cfg.data}: {problem}")
     if cfg.loader != "fastest":
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     if str(cfg.data).startswith("s3://"):  # nothing to compare: no other loader reads object storage
@@ -140,14 +145,20 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1, en
     child's progress (a short bench when there are no results) goes to this process's stderr; `env` is added to its
     environment."""
     import os
+    import signal
     import subprocess
     import sys
+
+    from dataprep.stopping import Stopped
 
     cmd = [sys.executable, "-m", "bench", "fastest", "--json", "--data", str(cfg.data), "--model", model,
            "--batch-size", str(cfg.batch_size), "--nproc", str(world_size), "--device", device,
            "--precision", cfg.precision, "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
     child_env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_ERROR_FILE"} | (env or {})
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=child_env)
+    signum = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
+    if out.returncode in signum:  # Ctrl-C reached bench too (one process group): the user stopped both
+        raise Stopped(signum[out.returncode])
     if out.returncode != 0:
         raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
                         f"with a backend name to train without it")  # fmt: skip
@@ -179,7 +190,11 @@ class EpochStream:
 
     def __init__(self, loader, epoch: int = 0, position: int = 0) -> None:
         if len(loader) == 0:
-            raise DataError("the loader yields no batches: the dataset is smaller than one batch per rank")
+            from loaders.errors import too_small
+
+            count, opts = getattr(loader, "manifest", {}).get("count"), getattr(loader, "opts", None)
+            said = opts and count is not None and too_small(count, opts.batch_size, opts.world_size)
+            raise DataError(f"the loader yields no batches: {said or 'the dataset is smaller than one batch per rank'}")
         self.loader, self.epoch, self.position = loader, epoch, position
         self._it = None
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from dataprep.text import printable
+from loaders import backend_label
 
 from .atomic import written
 
@@ -40,12 +41,35 @@ def write(run_dir: Path, rec: dict) -> Path:
     return path
 
 
+MIN_TIMED_STEPS = 10  # fewer timed steps than this make a rate a rough figure: say so
+
+
+def timed_steps(starvation: dict, cfg: dict) -> str:
+    """How many steps the rate rests on, and a warning when they are too few to trust or include warm-up steps."""
+    n, left_out, warmup = starvation.get("steps"), starvation.get("untimed_steps"), cfg.get("timing_warmup", 0)
+    if n is None:
+        return ""
+    said = f" over {n} timed step{'s' * (n != 1)}"
+    if left_out is not None and left_out < warmup:
+        return (
+            f"{said} (warm-up steps among them: the run was shorter than --timing-warmup {warmup}; not a rate to "
+            f"compare: run more --steps)"
+        )
+    if n < MIN_TIMED_STEPS:
+        return f"{said} (too few to trust: run {left_out + MIN_TIMED_STEPS} or more --steps)"
+    return said
+
+
 def lines(rec: dict) -> list[str]:
     """The run in a few lines."""
     cfg, loader = rec.get("config", {}), rec.get("loader", {})
     device = cfg.get("device", "?")
     s = rec.get("starvation") or {}
-    waiting = "the GPU idle waiting for data" if str(device).startswith("cuda") else "training blocked on data"
+    waiting = (
+        "the share of time the GPU sat idle waiting for data"
+        if str(device).startswith("cuda")
+        else ("the share of time training waited for data")
+    )
     starved = f"starvation {s['starvation']:.1%} ({waiting})" if "starvation" in s else "too few steps to time"
     world = cfg.get("world_size", 1)
     if world > 1 and s.get("starvation_mean") is not None:  # rank 0's own figure above; every step waits for the worst
@@ -55,8 +79,8 @@ def lines(rec: dict) -> list[str]:
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
     out = [
         f"trained {cfg.get('model')} for {rec['steps']} steps on {device} in {rec['wall_s']:.0f} s: "
-        f"{rec['samples_per_s']:,.0f} samples/s, {starved}, {loss}",
-        f"loader: {rec['backend']}{workers}: {loader.get('reason', 'given to the loop')}",
+        f"{rec['samples_per_s']:,.0f} samples/s{timed_steps(s, cfg)}, {starved}, {loss}",
+        f"loader: {backend_label(rec['backend'], device)}{workers}: {loader.get('reason', 'given to the loop')}",
     ]
     if str(device).startswith("cuda"):  # on CPU the FLOP rate and device memory say nothing about feeding a GPU
         mfu = f", MFU {rec['mfu']:.0%}" if rec.get("mfu") else ""

@@ -151,29 +151,48 @@ def fed(g: dict) -> bool:
 
 
 def pick(groups: list[dict], spread: float = DEFAULT_SPREAD, spread_from: str = "") -> tuple[dict, str]:
-    """The winner and why, in words; `spread` (and where it came from) decides ties between single runs."""
+    """The winner and why, in words; `spread` (and where it came from) decides ties between single runs. A loader
+    run faster than the data-free rate widens the spread to that gap: no loader can, so the rates vary that much."""
+    from ..records.results import impossible_gap
+    from ..records.results import label as _label
+
+    gap = impossible_gap(groups)
+    widened = gap > spread
+    if widened:
+        above = max(groups, key=lambda g: g.get("vs_data_free") or 0)
+        spread = gap
+        spread_from = (
+            f"at least that much: {_label(above)} ran at {1 + gap:.0%} of the data-free rate, which no loader can"
+        )
     at_bar = [g for g in groups if fed(g)]
     pool = at_bar or groups
     top = max(pool, key=lambda g: g["samples_per_s"])
     close = [g for g in pool if ties(g, top, spread)]
     cores = lambda g: g["cpu_cores"] if g["cpu_cores"] is not None else float(g["workers"] or 0)  # noqa: E731
     win = min(close, key=lambda g: (cores(g), -g["samples_per_s"]))
-    vs = f" ({win['vs_data_free']:.1%} of the data-free rate)" if win.get("vs_data_free") else ""
-    why = (
-        f"{win['samples_per_s']:,.0f} samples/s{vs} at {win['starvation']:.2%} starvation, {cores(win):.1f} CPU "
-        f"cores busy; "
-    )
+    why = f"{win['samples_per_s']:,.0f} samples/s{_vs(win)} at {win['starvation']:.2%} starvation, "
+    why += f"{cores(win):.1f} CPU cores busy; "
     bar = f"under {MAX_STARVATION:.0%} starvation at {MIN_VS_DATA_FREE:.0%} of the data-free rate or more"
     if at_bar:
         why += f"the highest rate {bar} among {len(groups)} configurations"
     else:
         why += f"none of {len(groups)} configurations was {bar}: took the fastest"
     if len(close) > 1:
-        why += (
-            f" ({len(close) - 1} more tie with it: repeats that overlap, or single runs within a {spread:.1%} "
-            f"spread{', ' + spread_from if spread_from else ''}; the one using the fewest CPU cores won)"
-        )
+        others = "; ".join(_label(g) for g in close if g is not win)
+        where = f", {spread_from}" if spread_from else ""
+        why += f"; a tie: {len(close) - 1} more tie with it ({others}), their rates not told apart: repeats that "
+        why += f"overlap, or single runs less apart than the {spread:.1%} spread{where}; the one using the fewest CPU "
+        why += "cores won"
+    elif widened:
+        why += f"; the rates here vary by {spread:.1%} or more ({spread_from}), and the others are further apart"
     return win, why
+
+
+def _vs(g: dict) -> str:
+    v = g.get("vs_data_free")
+    if not v:
+        return ""
+    return f" ({v:.1%} of the data-free rate)" if v <= 1 else f" ({v:.0%} of the data-free rate: above it, so noise)"
 
 
 def choose(
@@ -193,11 +212,16 @@ def choose(
     every rank of a process group (`bench fastest` under training's torchrun), the ranks measure together when there
     are none (together.py), and every rank returns rank 0's choice."""
     from dataprep.manifest import load_manifest
+    from loaders import LoaderError
+    from loaders.errors import too_small
 
     from .probe_run import run_probe
     from .together import same
 
     manifest = load_manifest(data_dir)
+    problem = too_small(manifest["count"], batch_size, nproc)
+    if problem:  # the probe's first batch would never come
+        raise LoaderError(f"{data_dir}: {problem}")
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
@@ -215,8 +239,6 @@ def choose(
         return got
     rows = scenario_rows(out, **key, nproc=summary["nproc"])
     if not latest_groups(rows):
-        from loaders import LoaderError
-
         error = LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
                             f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
         same(error)

@@ -95,7 +95,7 @@ def candidates(formats: dict, device: str, cores: int, cfg: ProbeConfig) -> list
     out = []
     for b, fmt in sorted(NEEDS_FORMAT.items(), key=lambda bf: -LOADER_IMG_S[bf[0]]):
         if fmt in formats or (b == "gpu" and "files" in formats):
-            configs = dict.fromkeys(collapse(b, min(w, cores), True, device) for w in counts)
+            configs = dict.fromkeys(collapse(b, min(w, cores), True, device, cores) for w in counts)
             out.append([(b, w, p) for w, p in configs])
     return out
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -20,6 +21,9 @@ KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "d
 USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
 USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False, "stream": True}
 MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
+# FFCV's threads are numba's, which refuses more than NUMBA_NUM_THREADS (by default the cores the process may use):
+# above that the loader runs that many (loaders.ffcv_backend), so larger counts are one configuration
+THREAD_CAPPED = ("ffcv",)
 
 
 @dataclass(kw_only=True)
@@ -76,6 +80,14 @@ class Job:
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
+def runs_in_words(names: list[str]) -> str:
+    """'5 loader runs and 1 data-free run' for these job names: a data-free run is no loader configuration."""
+    free = sum(Path(n).name.startswith("datafree-") for n in names)
+    loaders = len(names) - free
+    said = f"{loaders} loader run{'s' * (loaders != 1)}"
+    return said + (f" and {free} data-free run{'s' * (free != 1)}" if free else "")
+
+
 def preset_for(data: Path, device: str, vae: str | None = None) -> str:
     """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS); latents,
     cached or encoded in the step (`vae`), train a DiT."""
@@ -86,11 +98,35 @@ def preset_for(data: Path, device: str, vae: str | None = None) -> str:
     return KIND_PRESETS["latent" if latent else kind]
 
 
-def collapse(backend: str, workers: int, pin: bool, device: str) -> tuple[int | None, bool | None]:
-    """The knob values this backend actually uses on this device."""
+def thread_limit(cpus: int | None = None) -> int:
+    """The most FFCV threads a run gets: NUMBA_NUM_THREADS where set, else its cores (`cpus`, or those allowed)."""
+    if os.environ.get("NUMBA_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["NUMBA_NUM_THREADS"]))
+    return cpus or len(os.sched_getaffinity(0))
+
+
+def collapse(
+    backend: str, workers: int, pin: bool, device: str, limit: int | None = None
+) -> tuple[int | None, bool | None]:
+    """The knob values this backend actually uses on this device (FFCV's threads at most `limit`, where given)."""
     w = max(workers, MIN_WORKERS.get(backend, 0)) if USES_WORKERS[backend] else None
+    if w is not None and limit is not None and backend in THREAD_CAPPED:
+        w = min(w, max(limit, MIN_WORKERS.get(backend, 0)))
     p = pin if USES_PIN[backend] and device.startswith("cuda") else None
     return w, p
+
+
+def capped(backends, workers, cpus: int | None) -> str | None:
+    """What the grid says when FFCV's thread limit folds worker counts together, else None."""
+    limit = thread_limit(cpus)
+    over = [w for w in workers if w > limit]
+    if not over or not set(backends) & set(THREAD_CAPPED):
+        return None
+    counts = ", ".join(map(str, over))
+    return (
+        f"ffcv: numba runs at most {limit} threads here (the cores each run may use, or NUMBA_NUM_THREADS): "
+        f"--workers {counts} run{'s' * (len(over) == 1)} as {limit}"
+    )
 
 
 def expand(
@@ -134,6 +170,7 @@ def expand(
         grad_sync=grad_sync,
     )
     jobs: list[Job] = []
+    limit = thread_limit(cpus)
     for r in range(repeats):
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
@@ -142,7 +179,7 @@ def expand(
                        nproc=n, **(common | eater))  # fmt: skip
             at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
-                key = (b, *collapse(b, w, p, device), bs, n)
+                key = (b, *collapse(b, w, p, device, limit), bs, n)
                 if key in seen:
                     continue
                 seen.add(key)

@@ -55,6 +55,11 @@ class ResidentLoader:
         pass
 
 
+# where a data-free run takes its one real batch: the first backend whose format the data has, those reading without
+# workers first
+DATA_FREE_SOURCES = (("hdf5", "hdf5"), ("gpu", "files"), ("ffcv", "ffcv"), ("dali", "dali"))
+
+
 def build(job: Job):
     """(loader, seconds to build it). A data-free job takes one real batch, so its shape is the loaders' own."""
     from loaders import build_loader
@@ -69,8 +74,9 @@ def build(job: Job):
         return loader, time.perf_counter() - t0
     from dataprep.manifest import load_manifest
 
-    source = "hdf5" if "hdf5" in load_manifest(job.data)["formats"] else "gpu"  # both read without workers
-    with build_loader(source, job.data, workers=0, pin_memory=False, **opts) as real:
+    formats = load_manifest(job.data)["formats"]  # any format gives the batch: data converted to ffcv alone too
+    source = next((b for b, f in DATA_FREE_SOURCES if f in formats), "hdf5")
+    with build_loader(source, job.data, workers=int(source in ("ffcv", "dali")), pin_memory=False, **opts) as real:
         first = next(iter(real))
         batch = type(first)(first.x.clone(), first.y.clone())
     return ResidentLoader(batch, max(1, len(real))), time.perf_counter() - t0
@@ -155,6 +161,8 @@ def measure(job: Job, trace_path: Path) -> dict:
     figures |= {"build_s": build_s, "first_batch_s": build_s + figures["first_batch_s"]}  # worker start included
     figures["warmup_s"] = timer.window(0, job.warmup)[1] - timer.window(0, job.warmup)[0] if job.warmup else 0.0
     figures |= monitor.figures(*timer.window(job.warmup))
+    if figures.get("other_cores") is not None:  # other programs' share of the cores this run may use
+        figures["other_share"] = figures["other_cores"] / len(os.sched_getaffinity(0))
     if figures.get("cpu_cores") is not None:
         figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
     if cuda:

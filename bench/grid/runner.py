@@ -24,7 +24,7 @@ from pathlib import Path
 from dataprep.stopping import Stopped
 
 from ..records.env import write_json_atomic
-from .job import BACKEND_NAMES, Job, estimate_s, expand
+from .job import BACKEND_NAMES, Job, estimate_s, expand, runs_in_words
 
 
 @dataclass(kw_only=True)
@@ -235,7 +235,7 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
     finished_names = {j.name for j in done}
     todo = [j for j in jobs if j.name not in finished_names]
     echo(
-        f"{len(jobs)} configurations ({len(jobs) - len(todo)} already done), estimated "
+        f"{runs_in_words([j.name for j in jobs])} ({len(jobs) - len(todo)} already done), estimated "
         f"{estimate_s(todo) / 60:.1f} min; results in {cfg.out}"
     )
     env, outcome, stop = child_env(cfg), GridOutcome([], [], False), None
@@ -265,9 +265,9 @@ def run_grid(cfg: GridConfig, echo=print) -> GridOutcome:
         bar.close()
         finalize(cfg.out)
     if outcome.left:
-        echo(f"time limit: {outcome.left} configurations not started; rerun the same command with --resume")
+        echo(f"time limit: {outcome.left} runs not started; rerun the same command with --resume")
     if outcome.interrupted:
-        kept = f"{len(outcome.done)} finished configurations kept in {cfg.out}"
+        kept = f"{runs_in_words([p.stem for p in outcome.done])} finished, kept in {cfg.out}"
         if isinstance(stop, Stopped):  # SIGTERM, or Ctrl-C under the bench command: the signal decides the exit code
             stop.args = (kept,)
             raise stop

@@ -59,6 +59,8 @@ CSV_COLUMNS = [
     "data_free_host_behind",
     "first_batch_s",
     "cpu_cores",
+    "other_cores",
+    "other_share",
     "cpu_s_per_1k_samples",
     "peak_mem_mib",
     "torch_peak_memory_mib",
@@ -168,6 +170,8 @@ def group(rows: list[dict]) -> list[dict]:
             g[k] = statistics.median(vals) if vals else None
         rates = [r["samples_per_s"] for r in runs]
         g["samples_per_s_min"], g["samples_per_s_max"] = min(rates), max(rates)
+        shares = [r["other_share"] for r in runs if r.get("other_share") is not None]
+        g["other_share_max"] = max(shares) if shares else None  # the busiest the machine was during a repeat
         g["grid_id"] = max(r.get("grid_id") or "" for r in runs)
         g["fed_model"] = runs[0].get("fed_model")
         ranks = [r["waited_on_rank"] for r in runs if r.get("waited_on_rank") is not None]
@@ -200,15 +204,26 @@ def _ranks_waited(g: dict) -> str:
     return text
 
 
-def _label(g: dict) -> str:
+def label(g: dict) -> str:
+    """A configuration in words: backend, workers, pin_memory (where they apply)."""
+    from loaders import backend_label
+
     w = "" if g["workers"] is None else f", {g['workers']} workers"
     pin = "" if g["pin_memory"] is None else f", pin_memory {'on' if g['pin_memory'] else 'off'}"
-    return f"{g['backend']}{w}{pin}"
+    return f"{backend_label(g['backend'], g.get('device') or '')}{w}{pin}"
 
 
-def best_change(g: dict, peers: list[dict]) -> tuple[str, float] | None:
+def impossible_gap(groups: list[dict]) -> float:
+    """How far the fastest configuration ran above the data-free rate, 0 when none did: no loader feeds a model faster
+    than a batch already on the device, so the rates of these runs vary by at least this much (a busy machine, a
+    data-free run slowed by something else)."""
+    return max([0.0] + [g["vs_data_free"] - 1 for g in groups if g.get("vs_data_free")])
+
+
+def best_change(g: dict, peers: list[dict], noise: float = NOISE) -> tuple[str, float] | None:
     """The single knob change (backend, workers or pin_memory) that raised the rate most, and by how much: by more
-    than NOISE, and with every repeat above every repeat of this configuration (ranges that overlap are not a gain)."""
+    than `noise` (NOISE, or more where the runs show more), and with every repeat above every repeat of this
+    configuration (ranges that overlap are not a gain)."""
     best = None
     for knob in KNOBS:
         same_rest = [p for p in peers if p[knob] != g[knob] and all(p[k] == g[k] for k in KNOBS if k != knob)]
@@ -217,14 +232,14 @@ def best_change(g: dict, peers: list[dict]) -> tuple[str, float] | None:
         for p in same_rest:
             gain = p["samples_per_s"] / g["samples_per_s"] - 1
             apart = p.get("samples_per_s_min", p["samples_per_s"]) > g.get("samples_per_s_max", g["samples_per_s"])
-            if gain > NOISE and apart and (best is None or gain > best[1]):
-                change = f"{knob} -> {p[knob]}" if knob != "backend" else f"backend -> {_label(p)}"
+            if gain > noise and apart and (best is None or gain > best[1]):
+                change = f"{knob} -> {p[knob]}" if knob != "backend" else f"backend -> {label(p)}"
                 best = (change, gain)
     return best
 
 
 def verdict(g: dict, peers: list[dict]) -> str:
-    s = g["starvation"]
+    s, noise = g["starvation"], max(NOISE, impossible_gap(peers))
     if g["model"] == "none":
         head = f"loader ceiling {g['samples_per_s']:,.0f} samples/s"
         if g.get("headroom") is not None:  # what the loader delivers against what the preset eats here
@@ -234,6 +249,8 @@ def verdict(g: dict, peers: list[dict]) -> str:
     else:
         level = "highly input-bound" if s > HIGHLY else "input-bound" if s > INPUT_BOUND else "not input-bound"
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
+        if (g.get("vs_data_free") or 0) > 1 + NOISE:
+            vs += f" (above it: the rates here vary by {noise:.0%} or more)"
         who = "GPU idle" if g["device"] == "cuda" else "training blocked"
         head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
         head += _ranks_waited(g)
@@ -246,7 +263,7 @@ def verdict(g: dict, peers: list[dict]) -> str:
                          "every millisecond the loader takes from the training process slows every step")  # fmt: skip
             else:
                 head += " (a synchronising copy, e.g. pin_memory off): the shortfall is inside the steps"
-    change = best_change(g, peers)
+    change = best_change(g, peers, noise)
     if change is None:
         return head + "; nothing in this grid did better beyond its run-to-run spread"
     gain = f"x{1 + change[1]:.1f}" if change[1] >= 1 else f"+{change[1]:.0%}"

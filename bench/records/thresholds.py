@@ -12,3 +12,5 @@ NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run 
 # starvation by more than UNEXPLAINED (3 points): with 0 workers the host is behind because it loads the batch itself,
 # and that wait is already the starvation
 BEHIND, UNEXPLAINED = 0.5, 0.03
+# Other programs (or a hypervisor's steal) used more than this share of the cores a run may use: its rates are noise
+BUSY = 0.10

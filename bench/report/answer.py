@@ -15,12 +15,14 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..records.results import SCENARIO, flat, load_records
+from ..records.results import label as _label
+from ..records.thresholds import BUSY
 from .tables import scenario_slug, scenario_title
 
 
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
     """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
-    from ..fastest.choice import pick
+    from ..fastest.choice import measured_spread, pick
 
     results_dir = Path(results_dir)
     rows = [flat(r) for r in load_records(results_dir)]
@@ -36,14 +38,20 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             win, top = max(gs, key=lambda g: g["samples_per_s"]), "highest ceiling"
             why = win["verdict"]
         else:
-            (win, why), top = pick(gs), "train --loader fastest takes"
+            # the spread `fastest` judges ties by: this scenario's data-free runs, as bench.fastest.choice reads them
+            spread, where = measured_spread([r for r in rows if _paired(r, first)], first["grid_id"])
+            (win, why), top = pick(gs, spread, where), "train --loader fastest takes"
         worst = min(gs, key=lambda g: g["samples_per_s"])
         lines += [f"{scenario_title(first)}: {_what(gs, rate, alone)}",
                   f"  {top}: {_label(win)}: {why}",
                   f"  slowest: {_label(worst)}: {worst['verdict']}"]  # fmt: skip
+        grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
+        busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
+        if busy > BUSY:
+            lines.append(busy_line(busy))
         plot = results_dir / f"plot-{scenario_slug(first)}.png"
         scenarios.append({"title": scenario_title(first), "data_free_rate": rate, "fed_model": first.get("fed_model"),
-                          "best": {"configuration": _label(win), "reason": why, **_knobs(win)},
+                          "best": {"configuration": _label(win), "reason": why, **_knobs(win)}, "busy": busy,
                           "plot": str(plot) if plot.exists() else None, "configurations": gs})  # fmt: skip
     where = f"table {results_dir / 'results.md'}, plots {results_dir}/plot-*.png, every run's JSON in {results_dir}"
     lines.append(f"{where}; this summary in full: {results_dir / 'summary.json'} (or --json)")
@@ -52,6 +60,14 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
     record = {"results_dir": str(results_dir), "report": str(results_dir / "results.md"),
               "csv": str(results_dir / "results.csv"), "scenarios": scenarios, "failed": failed}  # fmt: skip
     return lines, record
+
+
+def busy_line(busy: float) -> str:
+    """What a scenario's answer adds when other programs took cores from its runs."""
+    return (
+        f"  a busy machine: other programs took up to {busy:.0%} of the cores these runs could use, so these rates "
+        "are noise; rerun when the machine is idle"
+    )
 
 
 def _paired(row: dict, g: dict) -> bool:
@@ -68,12 +84,6 @@ def _what(gs: list[dict], rate: float | None, alone: bool) -> str:
         return f"{n}, the loader alone (its ceiling){against}"
     against = f" (the model alone, data-free: {rate:,.0f} samples/s)" if rate else ""
     return f"{n} in the training loop{against}"
-
-
-def _label(g: dict) -> str:
-    w = "" if g["workers"] is None else f", {g['workers']} workers"
-    pin = "" if g["pin_memory"] is None else f", pin_memory {'on' if g['pin_memory'] else 'off'}"
-    return f"{g['backend']}{w}{pin}"
 
 
 def _knobs(g: dict) -> dict:

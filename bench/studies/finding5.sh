@@ -31,7 +31,7 @@ watch() {  # NAME [bench watch options] -- COMMAND...
   shift
   if [ -f "$RES/$name/watch.json" ]; then echo "$name: done before"; return; fi
   echo "== $name"
-  $PY -m bench watch --out "$RES/$name" --compare --repeats "$REPEATS" --warmup 30 --every 0 "$@" \
+  $PY -m bench watch --out "$RES/$name" --compare --repeats "$REPEATS" --timing-warmup 30 --every 0 "$@" \
     2>&1 | grep -v "it/s\]" | tee "$OUT/$name.log" | tail -8
   archive
 }

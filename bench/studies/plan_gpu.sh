@@ -202,11 +202,11 @@ scaling() {
         n=$(ranks "$([ $cpus = all ] && echo 0 || echo $cpus)")
         [ -n "$n" ] || { echo "$name: no GPUs for --cpus $cpus"; continue; }
         bench "$name-cpus$cpus" cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends "${SCALE_BACKENDS:-gpu,torch}" \
-            --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 2 --nproc "$n" \
+            --workers 4 --pin-memory on --steps 200 --timing-warmup 20 --repeats 2 --nproc "$n" \
             $([ $cpus = all ] || echo --cpus $cpus) "$@"
     done
 }
-F1=(--backends torch,hdf5,ffcv,dali,gpu --workers 0,4,8,16 --pin-memory on,off --steps 200 --warmup 20 --repeats 2)
+F1=(--backends torch,hdf5,ffcv,dali,gpu --workers 0,4,8,16 --pin-memory on,off --steps 200 --timing-warmup 20 --repeats 2)
 for STEP in "$@"; do
     case $STEP in
         prep) prep audio ;;
@@ -215,12 +215,12 @@ for STEP in "$@"; do
             [ -d "$RESULTS/f1" ] || { mkdir -p "$RESULTS/f1" && cp bench/results/f1_cifar10_bs128/*.json "$RESULTS/f1/"; }
             bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
         f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
-                --workers 4 --pin-memory on --steps 200 --warmup 20 --repeats 1 ;;
+                --workers 4 --pin-memory on --steps 200 --timing-warmup 20 --repeats 1 ;;
         f2) prep; bench f2 cifar10 tiny 512 --compile --cpus 4 --backends $BACKENDS --workers 3 \
-                --pin-memory on --steps 600 --warmup 30 --repeats 2 ;;
+                --pin-memory on --steps 600 --timing-warmup 30 --repeats 2 ;;
         f3) prep audio; bench f3 fsdd ddpm_audio_mel 128 --compile --cpus 4 --backends $BACKENDS --workers 3 \
-                --pin-memory on --steps 120 --warmup 20 --repeats 2 ;;
-        f3eager) prep audio; bench f3eager fsdd ddpm_audio_mel 128 --cpus 4 --backends gpu --steps 60 --warmup 10 \
+                --pin-memory on --steps 120 --timing-warmup 20 --repeats 2 ;;
+        f3eager) prep audio; bench f3eager fsdd ddpm_audio_mel 128 --cpus 4 --backends gpu --steps 60 --timing-warmup 10 \
                 --repeats 2 ;;
         conv) conv ;;
         convsplit) convsplit ;;
@@ -232,9 +232,9 @@ for STEP in "$@"; do
                 | tee "$OUT/pytest_fastest.txt" || echo "fastest: FAILED" ;;
         xcheck) prep
             bench xcheck cifar10 tiny 512 --cpus 4 --backends torch,hdf5,gpu --workers 3 --pin-memory on \
-                --steps 40 --warmup 10 --crosscheck
+                --steps 40 --timing-warmup 10 --crosscheck
             bench xcheck cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,gpu --workers 0 --pin-memory on \
-                --steps 40 --warmup 15 --crosscheck ;;
+                --steps 40 --timing-warmup 15 --crosscheck ;;
         gputest) mkdir -p "$OUT" "$RESULTS" ../shared/datasets  # the tests' real data (tests/conftest.py)
             [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp "$(datasets)"/*.tar.gz ../shared/datasets/
             if [ -z "${GPUTEST_FILES:-}" ] && [ -f "$RESULTS/pytest_gpu.txt" ]; then

@@ -84,10 +84,10 @@ audio_data() {
 FORMATS=${FORMATS:-hdf5,ffcv,files,dali}
 BACKENDS=${BACKENDS:-torch,hdf5,ffcv,dali,gpu}
 CONVERT=(python3 -m dataprep convert --input "$D/cifar" --size 256 --limit "$IMG_N" --quiet --timings --overwrite)
-LAT=(--batch-size 256 --steps 60 --warmup 15)
-ONL=(--vae "$D/vaes/sd" --batch-size 256 --steps 40 --warmup 10)
-ALAT=(--batch-size 64 --steps 40 --warmup 10)
-AONL=(--vae "$D/vaes/audioldm" --batch-size 64 --steps 30 --warmup 8)
+LAT=(--batch-size 256 --steps 60 --timing-warmup 15)
+ONL=(--vae "$D/vaes/sd" --batch-size 256 --steps 40 --timing-warmup 10)
+ALAT=(--batch-size 64 --steps 40 --timing-warmup 10)
+AONL=(--vae "$D/vaes/audioldm" --batch-size 64 --steps 30 --timing-warmup 8)
 grid_step() {  # one audio grid by its name: audio_{cached,online}[_cpus2|_cpus4]
   local kind=${1#audio_} cpus=() workers=8 data=alat args=("${ALAT[@]}")
   case $kind in *_cpus*) workers=${kind##*_cpus}; cpus=(--cpus "$workers"); kind=${kind%_cpus*} ;; esac

@@ -84,7 +84,7 @@ grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, 
   shift 2
   enough 0.8 || { echo "$name: NOT complete (no minutes left in this call)"; return; }
   log=$(mktemp)
-  $PY -m bench loaders --data "$data" --device $DEV $COMPILE --precision bf16 --steps "$STEPS" --warmup "$WARMUP" \
+  $PY -m bench loaders --data "$data" --device $DEV $COMPILE --precision bf16 --steps "$STEPS" --timing-warmup "$WARMUP" \
     --repeats 1 --resume --no-progress --time-limit "$(left)" --out "$R/$name" "$@" 2>&1 | tee "$log" \
     || status=$?
   cat "$log" >> "$R/$name.log"

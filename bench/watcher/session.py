@@ -107,14 +107,16 @@ def summarise(cfg: WatchConfig, runs: list[dict]) -> dict:
 def describe(summary: dict, out: Path) -> list[str]:
     """The few lines a person reads at the end."""
     if summary.get("samples_per_s") is None and summary["exit_code"] != 0:
-        return [f"bench watch: the program exited with status {summary['exit_code']} before two steps past warm-up "
-                f"(--warmup {summary['config']['warmup']}) were measured; details: {out / 'watch.json'}"]  # fmt: skip
+        return [
+            f"bench watch: the program exited with status {summary['exit_code']} before two steps past warm-up "
+            f"(--timing-warmup {summary['config']['warmup']}) were measured; details: {out / 'watch.json'}"
+        ]
     if summary.get("samples_per_s") is None:
         return [
             "bench watch: no loader was iterated for two steps after warm-up, so nothing was measured. It watches "
             "iterators of torch DataLoader (and subclasses), FFCV's Loader, DALI's PyTorch iterators and gpufeed's "
             "loaders; for any other iterable: `from bench import watch` / `for batch in watch(loader): ...`; "
-            "for a short program, lower --warmup."
+            "for a short program, lower --timing-warmup."
         ]
     lines = [f"bench watch: {summary['loader']}, {summary['steps']} steps of {summary['batch_size']} measured"
              + (f" on {summary['ranks']} ranks" if summary["ranks"] > 1 else "")]  # fmt: skip

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +14,7 @@ from pathlib import Path
 import torch
 
 from ..paths import require_regular
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # "owner/name", as the hub spells repositories
-FIX = "pass a local directory written by AutoencoderKL.save_pretrained"
-
-
-class VaeError(ValueError):
-    """The autoencoder cannot be used as asked; the message says what to pass instead."""
+from ..vae_name import FIX, VaeError, check_vae_name
 
 
 @dataclass
@@ -67,19 +60,18 @@ class Vae:
 
 def load_vae(name: str | Path, device: str | torch.device = "cpu") -> Vae:
     """Load `name` (a directory, else a hub id) onto `device`; VaeError with the fix when it cannot be used."""
+    values = check_vae_name(name)  # before diffusers' import: seconds
     try:
         from diffusers import AutoencoderKL
     except ImportError:
         raise VaeError("--vae needs diffusers: pip install 'gpufeed[latent]'") from None
     path = Path(name)
     if path.exists():
-        model = _from_dir(AutoencoderKL, path)
+        model = _from_dir(AutoencoderKL, path, values)
         label, where = str(path.resolve()), str(path / "config.json")
-    elif HUB_ID.match(str(name)):
+    else:  # a hub id (check_vae_name refused anything else)
         model, label = _from_hub(AutoencoderKL, str(name)), str(name)
         where = f"{name} (its config.json in the hub's cache)"
-    else:
-        raise VaeError(f"--vae {name}: no such directory (nor a hub id owner/name); {FIX}")
     check_config(model.config, where, loaded=True)  # the defaults diffusers filled in, and a hub model's values
     identity = _identity(model, label)  # on the host, before the move: the hash reads every tensor there
     model = model.to(device).eval().requires_grad_(False)
@@ -150,18 +142,9 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _from_dir(cls, path: Path):
-    config = path / "config.json"
-    if not config.is_file():
-        raise VaeError(f"{path}: no config.json, so not a diffusers model directory; {FIX}")
-    try:
-        values = json.loads(config.read_text())
-        declared = values.get("_class_name")
-    except (OSError, ValueError, AttributeError) as e:
-        raise VaeError(f"{config}: unreadable ({e}); {FIX}") from None
-    if declared != "AutoencoderKL":
-        raise VaeError(f"{path}: its config.json describes a {declared}, not an AutoencoderKL; {FIX}")
-    check_config(values, str(config))
+def _from_dir(cls, path: Path, values: dict):
+    """The model in directory `path`, whose config.json (`values`) check_vae_name has read: an AutoencoderKL's."""
+    check_config(values, str(path / "config.json"))
     for entry in path.iterdir():  # a FIFO in place of the weights would block diffusers' open for ever
         if not entry.is_dir():
             require_regular(entry, "file of the autoencoder")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib
 import os
-import tarfile
 from pathlib import Path
 
+from .archive import holds, is_archive, unpack_first
 from .base import AudioSpec, BadSample, Chunk, InputError, Source
 
 SOURCES = {
@@ -37,9 +37,16 @@ def detect(path: Path) -> str:
     if not path.exists():
         raise InputError(f"{path}: no such file or folder")
     if path.is_file():
-        if tarfile.is_tarfile(path):
+        if not is_archive(path):
+            raise InputError(f"{path}: a file that is not a tar or zip archive; known layouts: {LAYOUTS}")
+        what = holds(path)
+        if what in ("images", "audio"):
+            raise unpack_first(path, what)
+        if what == "cifar10":
             return "cifar10"
-        raise InputError(f"{path}: a file that is not a tar archive; known layouts: {LAYOUTS}")
+        raise InputError(
+            f"{path}: an archive with no CIFAR-10 batches, images or clips in it; known layouts: {LAYOUTS}"
+        )
     if find_batches_dir(path):
         return "cifar10"
     if (path / "trainLabels.csv").is_file():
@@ -65,6 +72,8 @@ def build_source(
         name = "webdataset" if is_webdataset(path) else detect(Path(path))
     if name not in SOURCES:
         raise InputError(f"unknown source {name!r}; valid: auto, {', '.join(SOURCES)}")
+    if path is not None and path.is_file() and not name.startswith("synthetic"):
+        _check_file_input(path, name)
     module, cls = SOURCES[name].split(":")
     source_cls = getattr(importlib.import_module(module), cls)
     if size is not None and name not in RESIZABLE:
@@ -77,6 +86,15 @@ def build_source(
         source = source_cls(path, split, audio) if name == "audio" else source_cls(path, split, size)
     source.name = name
     return source
+
+
+def _check_file_input(path: Path, name: str) -> None:
+    """A file where a folder is read, or an archive of images given as CIFAR-10: say what it is and what to do."""
+    what = holds(path) if is_archive(path) else None
+    if what in ("images", "audio"):
+        raise unpack_first(path, what)
+    if name != "cifar10":
+        raise InputError(f"{path}: a file; --source {name} reads a folder ({LAYOUTS})")
 
 
 __all__ = ["SOURCES", "AudioSpec", "BadSample", "Chunk", "InputError", "Source", "build_source", "detect"]

@@ -1,0 +1,43 @@
+"""What the three command lines (dataprep, bench, train) share; here because each tool imports only the packages to
+its left: an option that was renamed keeps its old name for a while, saying the new one; a --vae that names nothing
+usable is refused at once. How each ends on Ctrl-C or SIGTERM (exit 130 or 143) is dataprep.stopping's `run`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+
+def renamed(old: str) -> Callable:
+    """A hidden option `old`, kept working after a rename; the command passes its value to `take_renamed`."""
+    return click.option(old, _key(old), type=click.IntRange(min=0), default=None, hidden=True)
+
+
+def take_renamed(options: dict, old: str, new: str, dest: str, tool: str) -> bool:
+    """Move a value given under the old name to the new option's parameter `dest` (options: the command's keyword
+    arguments), saying what to use now. True when the old name was given."""
+    value = options.pop(_key(old))
+    if value is None:
+        return False
+    if click.get_current_context().get_parameter_source(dest) != click.core.ParameterSource.DEFAULT:
+        raise click.BadParameter(f"{old} is the old name of {new}: give {new} alone", param_hint=old)
+    click.echo(f"{tool}: {old} is now {new}; the old name still works for now", err=True)
+    options[dest] = value
+    return True
+
+
+def _key(old: str) -> str:
+    return "renamed_" + old.lstrip("-").replace("-", "_")
+
+
+def check_vae_option(vae: str | None) -> None:
+    """A --vae that is neither an AutoencoderKL directory nor a hub id, refused before torch and diffusers are
+    imported (seconds): exit status 2 with the fix."""
+    from .vae_name import VaeError, check_vae_name
+
+    if vae:
+        try:
+            check_vae_name(vae)
+        except VaeError as e:
+            raise click.BadParameter(str(e).removeprefix("--vae "), param_hint="--vae") from None
