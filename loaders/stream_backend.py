@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.text import printable
+
 from .base import Batch, Loader, leave_stop_signals_to_the_parent, worker_errors
 
 HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
@@ -145,6 +147,7 @@ class StreamLoader(Loader):
         from litdata.utilities.env import _DistributedEnv
 
         o = self.opts
+        plain_http_through_boto3()  # again: the endpoint may have been set after this module was imported
         root = cache_root()
         root.mkdir(parents=True, exist_ok=True)
         remove_stale_caches(root)
@@ -170,17 +173,24 @@ class StreamLoader(Loader):
         )  # fmt: skip
 
     def _guarded(self, fn, *args, **kwargs):
-        """LitData's S3 errors (it reads the index as it is built) as one line naming the store and the fix."""
+        """LitData reads the shards' index as the dataset is built: its S3 errors, and what a damaged index makes it
+        raise (a KeyError or ValueError from deep inside), as one line naming the index and the fix."""
         from dataprep.remote import S3Url, explain, from_s3_client
+
+        from .errors import LoaderError
 
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            if not (self.remote and from_s3_client(e)):
-                raise
-            from .errors import LoaderError
-
-            raise LoaderError(str(explain(e, S3Url.parse(self.location), "stream/index.json"))) from None
+            if self.remote and from_s3_client(e):
+                raise LoaderError(str(explain(e, S3Url.parse(self.location), "stream/index.json"))) from None
+            if isinstance(e, (KeyError, ValueError, TypeError, IndexError)):
+                index = f"{self.location.rstrip('/')}/stream/index.json"
+                why = f"{type(e).__name__}: {printable(str(e))}"
+                raise LoaderError(
+                    f"{index}: damaged ({why}); `dataprep verify {self.location}` checks every file"
+                ) from None
+            raise
 
     def __len__(self) -> int:
         if self._dl is not None:

@@ -29,6 +29,7 @@ TARGETS = {
     "gpu": ["data.h5"],
     "ffcv": ["data.beton"],
     "dali": ["dali/shard-00000.tar", "dali/shard-00000.idx"],
+    "stream": ["stream/chunk-0-0.bin", "stream/index.json"],
 }
 CASES = [(b, rel) for b, rels in TARGETS.items() for rel in rels]
 
@@ -36,7 +37,11 @@ CASES = [(b, rel) for b, rels in TARGETS.items() for rel in rels]
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("damage") / "img"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=120, progress=False, workers=1))
+    convert(
+        ConvertConfig(
+            output=out, source="synthetic-images", limit=120, formats=("all", "stream"), progress=False, workers=1
+        )
+    )
     return out
 
 

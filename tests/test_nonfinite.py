@@ -108,11 +108,20 @@ def test_encoder_names_the_sample_whose_latent_is_not_finite(audio_vae):
 # --- stored values -----------------------------------------------------------------------------------------------
 
 
+STORED = [*FORMATS, "stream"]  # the formats the latent_images fixture writes
+
+
 def poison_stored(data_dir: Path, fmt: str, k: int) -> None:
     """Write a float16 NaN over the first value of sample k where the format stores it, the file's size unchanged."""
     x, _, _ = read_all(data_dir, fmt)
     raw = x[k].tobytes()
-    pattern = {"files": "files/**/*.npy", "hdf5": "data.h5", "ffcv": "data.beton", "dali": "dali/*.tar"}[fmt]
+    pattern = {
+        "files": "files/**/*.npy",
+        "hdf5": "data.h5",
+        "ffcv": "data.beton",
+        "dali": "dali/*.tar",
+        "stream": "stream/*.bin",
+    }[fmt]
     for path in sorted(data_dir.glob(pattern)):
         blob = bytearray(path.read_bytes())
         at = blob.find(raw)
@@ -140,7 +149,7 @@ def as_converted(data_dir: Path) -> None:
     path.write_text(json.dumps(manifest))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", STORED)
 def test_verify_names_a_stored_nan_in_every_format(latent_images, tmp_path, fmt):
     """One NaN written into sample 5 of a format (file size unchanged): verify names the format and sample 5 as
     holding NaN, besides the hash mismatch."""
@@ -155,13 +164,13 @@ def test_verify_refuses_nan_a_conversion_stored(latent_images, tmp_path):
     """A NaN the manifest agrees with (stored by a conversion before they were refused): every hash matches, and
     verify still fails, naming the sample in each format."""
     data_dir = Path(shutil.copytree(latent_images, tmp_path / "data"))
-    for fmt in FORMATS:
+    for fmt in STORED:
         poison_stored(data_dir, fmt, 7)
     as_converted(data_dir)
     r = CliRunner().invoke(cli, ["verify", str(data_dir)])
     assert r.exit_code == 1, r.output
     assert "mismatch" not in r.output and "sha256" not in r.output, r.output
-    for fmt in FORMATS:
+    for fmt in STORED:
         assert f"{fmt}: sample 7 holds NaN or Inf" in r.output, r.output
 
 
