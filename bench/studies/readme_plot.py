@@ -3,7 +3,7 @@ committed finding-1 results (real CIFAR-10, ddpm_cifar10 at batch 128, bf16, com
 is set against the data-free rate of its own GPU, as `bench report` does; the JSONs are read from the finding's
 archive in memory (or from a results directory), never rewritten or unpacked.
 
-    python -m bench.studies.readme_plot --results bench/results/f1_cifar10_bs128/raw.tar.xz --out docs/starvation_h100.png
+    python -m bench.studies.readme_plot --out docs/starvation_h100.png  # --results: f1_cifar10_bs128/raw.tar.xz
 """
 
 from __future__ import annotations
