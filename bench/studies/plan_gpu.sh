@@ -4,7 +4,7 @@
 # (GPUFEED_MINUTES, default 9) are spent: repeat the same command until it prints "complete" for every step.
 #
 #   bash bench/studies/plan_gpu.sh f1          # CIFAR-10, ddpm_cifar10 b128 bf16 compiled (CUDA graphs): the full grid
-#   bash bench/studies/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/ (its missing runs)
+#   bash bench/studies/plan_gpu.sh f1rest      # f1, resuming the committed bench/results/f1_cifar10_bs128/raw.tar.xz (its missing runs)
 #   bash bench/studies/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
 #   bash bench/studies/plan_gpu.sh f2 f3 f3eager  # tiny b512 --cpus 4 compiled; spoken-digit audio, ddpm_audio_mel b128
 #                                              # --cpus 4 compiled; the audio model's data-free rate eager, beside it
@@ -161,8 +161,10 @@ SOAK=$RESULTS/soak
 soak_start() {  # the 20-minute run of docs/RELIABILITY.md, detached: it outlives this call
     [ ! -f "$SOAK/pid" ] || { echo "soak: started earlier (pid $(cat "$SOAK/pid"))"; return; }
     mkdir -p "$SOAK/bench"  # `fastest` picks from finding 1's H100 results, of the backends installed here
-    for f in bench/results/f1_cifar10_bs128/*.json; do
-        if [[ ",$BACKENDS," == *",$(basename "$f" | cut -d- -f1),"* || $f == */datafree-* ]]; then cp "$f" "$SOAK/bench/"; fi
+    for f in $(tar -tJf bench/results/f1_cifar10_bs128/raw.tar.xz --wildcards '*.json'); do
+        if [[ ",$BACKENDS," == *",$(cut -d- -f1 <<< "$f"),"* || $f == datafree-* ]]; then
+            tar -xJf bench/results/f1_cifar10_bs128/raw.tar.xz -C "$SOAK/bench/" "$f"
+        fi
     done
     GPUFEED_BENCH_RESULTS=$SOAK/bench setsid nohup $PY -m bench soak --out "$SOAK/soak" --interval 5 --duration 1200 \
         --warmup 180 -- $PY -m training --data "$DATA/cifar10" --loader fastest --model ddpm_cifar10 --batch-size 128 \
@@ -212,7 +214,7 @@ for STEP in "$@"; do
         prep) prep audio ;;
         f1) prep; bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
         f1rest) prep  # seeded once per machine: a later call resumes what this machine measured
-            [ -d "$RESULTS/f1" ] || { mkdir -p "$RESULTS/f1" && cp bench/results/f1_cifar10_bs128/*.json "$RESULTS/f1/"; }
+            [ -d "$RESULTS/f1" ] || { mkdir -p "$RESULTS/f1" && tar -xJf bench/results/f1_cifar10_bs128/raw.tar.xz -C "$RESULTS/f1/" --wildcards '*.json'; }
             bench f1 cifar10 ddpm_cifar10 128 "${CIFAR[@]}" "${F1[@]}" ;;
         f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
                 --workers 4 --pin-memory on --steps 200 --timing-warmup 20 --repeats 1 ;;

@@ -1,18 +1,31 @@
 """The picture README opens with: starvation and training rate against workers, one line per backend, from the
 committed finding-1 results (real CIFAR-10, ddpm_cifar10 at batch 128, bf16, compiled, on an H100). Each loader run
-is set against the data-free rate of its own GPU, as `bench report` does; the JSONs are read, never rewritten.
+is set against the data-free rate of its own GPU, as `bench report` does; the JSONs are read from the finding's
+archive in memory (or from a results directory), never rewritten or unpacked.
 
-    python -m bench.studies.readme_plot --results bench/results/f1_cifar10_bs128 --out docs/starvation_h100.png
+    python -m bench.studies.readme_plot --out docs/starvation_h100.png  # --results: f1_cifar10_bs128/raw.tar.xz
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import tarfile
 from collections import defaultdict
 from pathlib import Path
 
 from ..records.results import attach_data_free, flat, group, load_records
 from ..report.plots import COLORS
+
+
+def read_records(results: Path) -> list[dict]:
+    """The bench records of a results directory, or of the top of a committed raw.tar.xz read in memory."""
+    if results.is_dir():
+        return load_records(results)
+    with tarfile.open(results) as tar:  # the committed findings keep their per-run JSON in one archive
+        members = sorted((m for m in tar.getmembers() if m.isfile() and "/" not in m.name), key=lambda m: m.name)
+        recs = [json.load(tar.extractfile(m)) for m in members if m.name.endswith(".json")]
+    return [r for r in recs if isinstance(r, dict) and "job" in r]
 
 
 def draw(results: Path, out: Path) -> Path:
@@ -21,7 +34,7 @@ def draw(results: Path, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = load_records(results)
+    records = read_records(results)
     attach_data_free(records)  # in memory only
     groups = [g for g in group([flat(r) for r in records if "figures" in r]) if g["pin_memory"] in (True, None)]
     lines = defaultdict(list)
@@ -53,7 +66,7 @@ def draw(results: Path, out: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results", type=Path, default=Path("bench/results/f1_cifar10_bs128"))
+    p.add_argument("--results", type=Path, default=Path("bench/results/f1_cifar10_bs128/raw.tar.xz"))
     p.add_argument("--out", type=Path, default=Path("docs/starvation_h100.png"))
     args = p.parse_args(argv)
     print(f"wrote {draw(args.results, args.out)}")
