@@ -134,6 +134,7 @@ def test_groups_keep_how_busy_the_machine_was():
             "precision": "fp32",
             "compile": False,
             "nproc": 1,
+            "grad_sync": "ddp",
             "backend": "hdf5",
             "workers": 0,
             "pin_memory": None,
