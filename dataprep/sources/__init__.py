@@ -72,7 +72,7 @@ def build_source(
         name = "webdataset" if is_webdataset(path) else detect(Path(path))
     if name not in SOURCES:
         raise InputError(f"unknown source {name!r}; valid: auto, {', '.join(SOURCES)}")
-    if path is not None and path.is_file() and not name.startswith("synthetic"):
+    if isinstance(path, Path) and path.is_file() and not name.startswith("synthetic"):  # not s3:// or a brace pattern
         _check_file_input(path, name)
     module, cls = SOURCES[name].split(":")
     source_cls = getattr(importlib.import_module(module), cls)
