@@ -73,7 +73,7 @@ def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int
         return DIT_PRESETS[name](in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
     try:
         return UNET_PRESETS[name](in_channels=c, image_size=h)
-    except ValueError:  # a size the UNet cannot halve: training.stream.check_fits says so, with the fix
+    except ValueError:  # a size the UNet cannot halve: training.data.check_fits says so, with the fix
         return UNET_PRESETS[name](in_channels=c)
 
 

@@ -182,7 +182,7 @@ class Probe:
         import torch
 
         from loaders import build_loader
-        from training.stream import EpochStream
+        from training.data import EpochStream
 
         rec = {"config": cand}
         dev = self.key["device"]
@@ -238,7 +238,7 @@ class Probe:
     def confirm(self, cand: tuple, resident) -> Iterator:
         """One candidate in the loop; returns (samples/s, starvation), or None when it failed."""
         from loaders import build_loader
-        from training.stream import EpochStream
+        from training.data import EpochStream
 
         t0, loader = time.perf_counter(), None
         try:

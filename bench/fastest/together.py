@@ -2,7 +2,7 @@
 count it will train with.
 
 Every rank of the training starts `bench fastest` in a child process; the children form a process group of their own
-(training.stream.choose_loader gives them a port of rank 0's host) and run the probe's training loop together, one
+(training.data.choose_loader gives them a port of rank 0's host) and run the probe's training loop together, one
 GPU each under DDP, each rank reading its own shard as the training will. Rank 0 leads: it runs the probe (probe.py)
 as one process does, and before each step tells the others, over a gloo group (a few host bytes, no device sync), what
 that step eats: the resident batch, a candidate loader's next batch, or nothing more. A follower opens the same
@@ -111,7 +111,7 @@ class _Leader:
 def _follow(probe: Probe, resident) -> Iterator:
     """A rank other than 0: each step, what rank 0 says; a candidate opened on this rank's shard."""
     from loaders import build_loader
-    from training.stream import EpochStream
+    from training.data import EpochStream
 
     current, loader, stream, failed = None, None, None, 0
     try:

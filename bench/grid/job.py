@@ -15,7 +15,7 @@ from pathlib import Path
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
 MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
-# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.stream.KIND_MODELS, mirrored here
+# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.data.KIND_MODELS, mirrored here
 # to keep this module free of torch imports)
 KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}
 USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
