@@ -70,7 +70,7 @@ def cli() -> None:
 @click.option("--vae-precision", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True,
               help="Autocast of the encoder on a GPU (fp32 on the CPU).")  # fmt: skip
 @click.option("--compile", is_flag=True,
-              help="torch.compile the --vae encoder: ~3x after ~30 s of compiling (pays from ~10k images)")  # fmt: skip
+              help="torch.compile the --vae encoder: faster once compiled, which pays on large datasets")  # fmt: skip
 @click.option("--overwrite", is_flag=True, help="Replace an output directory that dataprep convert wrote.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import bench.fastest.probe as probe
+import bench.fastest.probe_feed as probe
 from bench.fastest.choice import choose, latest_groups, measured_spread, pick
 from bench.grid.job import Job
 from bench.records.results import finalize, flat, load_records

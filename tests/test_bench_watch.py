@@ -770,8 +770,8 @@ def test_use_gpufeed_yields_the_trainers_images(folder_images, tmp_path):
         use_gpufeed(_tiny_trainer(imgs, tmp_path / "results8", image_size=8), data, backend="hdf5", workers=0)
 
 
-DIFFUSERS = ["-m", "training.diffusers_unconditional", "--resolution", "16", "--tiny", "--batch-size", "16",
-             "--steps", "12", "--mixed-precision", "no"]  # fmt: skip
+DIFFUSERS = [str(REPO / "examples" / "diffusers_unconditional.py"), "--resolution", "16", "--tiny",
+             "--batch-size", "16", "--steps", "12", "--mixed-precision", "no"]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""The faster forms of training.model compute what the forms they replaced (training.speedups) compute, gradients
-included, with the same parameters; the UNet trains the same with either (CPU, fp32, tiny model)."""
+"""The faster forms of training.model compute what the forms they replaced (bench/studies/speedups.py) compute,
+gradients included, with the same parameters; the UNet trains the same with either (CPU, fp32, tiny model)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bench.studies.speedups import PREVIOUS, GatherUpsample, GroupStatsGroupNorm, SlicedGradCatUNet, revert
 from training.diffusion import GaussianDiffusion
 from training.model import GroupNorm, UNet, Upsample2x, tiny
-from training.speedups import PREVIOUS, GatherUpsample, GroupStatsGroupNorm, SlicedGradCatUNet, revert
 
 CL = torch.channels_last
 

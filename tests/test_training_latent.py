@@ -19,8 +19,8 @@ from training_helpers import tiny_cfg
 from training.checkpoint import CKPT_NAME
 from training.cli import train
 from training.config import TrainConfig
+from training.data import DataError
 from training.loop import main
-from training.stream import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -67,8 +67,8 @@ def test_online_encoder_draws_as_the_cache_stores(latent_pixels, latent_images, 
     import numpy as np
     from latent_helpers import SCALING, SHIFT, read_stored
 
+    from training.data import data_spec
     from training.latent import OnlineEncoder
-    from training.stream import data_spec
 
     cfg = dit_cfg(latent_pixels, "unused", vae=str(image_vae))
     encode = OnlineEncoder(str(image_vae), data_spec(cfg), latent_pixels, "cpu", compile=False)

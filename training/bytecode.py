@@ -1,7 +1,8 @@
 """Python's bytecode kept in the compile cache where the environment keeps none. Torch's start imports thousands of
 modules; with no cached bytecode, every process compiles them from source first. That is the case in images that set
 PYTHONDONTWRITEBYTECODE=1 (a common line in Dockerfiles) and ship no .pyc files, and where site-packages is
-read-only: on an H100 machine of that kind, `import torch` and the compiler took 10 s a process instead of 3.
+read-only: on a GPU machine of that kind, `import torch` and the compiler took three times as long a process
+(docs/BENCHMARKS.md, "Cold start").
 `train --compile` then has Python write the bytecode under the compile cache (a folder of its own, never beside the
 sources), so the next process and, when the folder is copied, the next machine of the same image find it. Python
 checks each file against its source's size and modification time, so a changed install is compiled again, never run

@@ -241,7 +241,7 @@ def _on_cpu(device: str | None) -> bool:
 def for_cpu(options: dict, given: set[str]) -> str | None:
     """The CPU's defaults for the options not given (training.cpu_defaults); the line that says what they are."""
     from .cpu_defaults import apply
-    from .stream import DataError, read_manifest
+    from .data import DataError, read_manifest
 
     try:
         kind = read_manifest(options["data"]).get("kind", "image")
@@ -254,9 +254,9 @@ def _run(cfg: TrainConfig):
     from loaders import LoaderError
 
     from .checkpoint import CheckpointError
+    from .data import DataError
     from .guard import NonFiniteError
     from .loop import main as run
-    from .stream import DataError
 
     try:
         return run(cfg)

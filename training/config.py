@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-# "fastest": `bench fastest` picks (training.stream); "stream": LitData shards, local or s3://
+# "fastest": `bench fastest` picks (training.data); "stream": LitData shards, local or s3://
 LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -45,8 +45,8 @@ class TrainConfig:
     ema: float = 0.9999  # EMA decay of the sampling weights, as in the paper
     precision: str = "bf16"  # bf16 autocast needs no loss scaling; fp16 adds a GradScaler; fp32 for reference
     compile: bool = False  # torch.compile the UNet: faster on GPU after a minute of compiling, pointless on CPU
-    # CUDA graphs ("reduce-overhead"): a compiled ddpm_cifar10 step at batch 128 is launch-bound without them, 2,588 vs
-    # 5,049 img/s on an H100 (docs/BENCHMARKS.md); "default" for plain Inductor kernels; ignored on CPU
+    # CUDA graphs ("reduce-overhead"): a compiled ddpm_cifar10 step at batch 128 is launch-bound without them
+    # (docs/BENCHMARKS.md, "What the model eats"); "default" for plain Inductor kernels; ignored on CPU
     compile_mode: str = "reduce-overhead"
     # torch's portable compile cache (training.compile_cache): a new machine of the same GPU and torch loads the kernels
     # an earlier run saved there instead of generating and building them again; None: neither read nor written
@@ -69,7 +69,7 @@ class TrainConfig:
     sample_every: int = 5000  # EMA sample grid every K steps (and at the end); 0 disables
     sample_count: int = 64  # images in the grid (8x8)
     sample_steps: int = 50  # DDIM steps for previews: close to ancestral quality at 1/20 of the cost
-    ckpt_every: int = 1000  # checkpoint every K steps and at exit (~1 min of H100 work at risk); 0: never (bench)
+    ckpt_every: int = 1000  # checkpoint every K steps and at exit (minutes of a GPU's work at risk); 0: never (bench)
     log_every: int = 100  # log line + metrics.jsonl record every K steps; each one syncs the device once
     seed: int = 0  # model init, data order (seed, epoch) and noise draws; each rank adds its rank to the noise seed
     device: str = field(default_factory=_default_device)  # cuda when present; under torchrun cuda:LOCAL_RANK

@@ -1,10 +1,10 @@
 """How the ranks average their gradients under torchrun (`train --grad-sync`): DDP as torch ships it, or ways that
 keep a compiled step in fewer pieces.
 
-A compiled `ddpm_cifar10` step at batch 128 takes 18-21 ms on an H100 or H200, so what data parallelism adds per step
-shows. Under DDP, Dynamo's DDPOptimizer splits the compiled model at DDP's 25 MB gradient buckets so that each bucket's
-all-reduce overlaps the rest of the backward; with CUDA graphs ("reduce-overhead") each piece is a graph of its own
-and the all-reduces run eagerly between them. The choices:
+A compiled `ddpm_cifar10` step at batch 128 takes milliseconds (docs/BENCHMARKS.md, finding 7), so what data parallelism
+adds per step shows. Under DDP, Dynamo's DDPOptimizer splits the compiled model at DDP's 25 MB gradient buckets so that
+each bucket's all-reduce overlaps the rest of the backward; with CUDA graphs ("reduce-overhead") each piece is a graph
+of its own and the all-reduces run eagerly between them. The choices:
 
 - `ddp`: that, as torch ships it (the default).
 - `ddp-nosplit`: DDP with Dynamo's DDPOptimizer off: the model compiles as one graph, forward and backward, as on one

@@ -12,7 +12,7 @@ import torch
 
 from dataprep.latents import VaeError, check_vae_identity, load_vae
 
-from .stream import DataError, DataSpec
+from .data import DataError, DataSpec
 
 
 class OnlineEncoder:

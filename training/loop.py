@@ -35,12 +35,12 @@ from .checkpoint import (
 )
 from .compile_cache import for_run, since_launch
 from .config import TrainConfig
+from .data import EpochStream, check_fits, choose_loader, data_spec, open_loader
 from .grad_sync import wrap
 from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
 from .stopping import StopOnSignal
-from .stream import EpochStream, check_fits, choose_loader, data_spec, open_loader
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 

@@ -73,7 +73,7 @@ def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int
         return DIT_PRESETS[name](in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
     try:
         return UNET_PRESETS[name](in_channels=c, image_size=h)
-    except ValueError:  # a size the UNet cannot halve: training.stream.check_fits says so, with the fix
+    except ValueError:  # a size the UNet cannot halve: training.data.check_fits says so, with the fix
         return UNET_PRESETS[name](in_channels=c)
 
 
@@ -89,16 +89,15 @@ class GroupNorm(nn.GroupNorm):
     """nn.GroupNorm that, under torch.compile, keeps a channels_last input channels_last and reduces per channel.
 
     Inductor's decomposition of GroupNorm makes a CUDA input contiguous (NCHW) first, so in a channels_last UNet every
-    norm cost a layout copy and the convolution after it another, forward and backward (4,407 -> 5,049 img/s for a
-    compiled ddpm_cifar10 step on an H100). The statistics are reduced per (sample, channel) first: in NHWC that reads
-    neighbouring channels side by side, where a per-group reduction reads a group's channels at a stride of C. A
-    group's variance follows exactly from its channels' means and variances (they have equal counts), and the output is
-    one scale and shift per (sample, channel), so the backward reduces per channel too (5,064 -> 6,115 img/s alone,
-    docs/BENCHMARKS.md). Same arithmetic up to float rounding (fp32 statistics, fp32 output under autocast), same
-    parameters."""
+    norm cost a layout copy and the convolution after it another, forward and backward (the gain: docs/BENCHMARKS.md,
+    "What the model eats"). The statistics are reduced per (sample, channel) first: in NHWC that reads neighbouring
+    channels side by side, where a per-group reduction reads a group's channels at a stride of C. A group's variance
+    follows exactly from its channels' means and variances (they have equal counts), and the output is one scale and
+    shift per (sample, channel), so the backward reduces per channel too (the same section). Same arithmetic up to float
+    rounding (fp32 statistics, fp32 output under autocast), same parameters."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # eager, PyTorch's one fused kernel is faster than these few (channels_last eager: 1,508 vs 2,009 img/s)
+        # eager, PyTorch's one fused kernel is faster than these few (channels_last eager, docs/BENCHMARKS.md)
         if not torch.compiler.is_compiling() or x.dim() != 4 or not x.is_contiguous(memory_format=torch.channels_last):
             return super().forward(x)
         return self._channels_last_forward(x)

@@ -10,14 +10,14 @@ to the one that keeps fewer CPU cores busy.
 When rates cannot be told apart: with two repeats or more, a configuration's range is its lowest to highest rate, and
 ranges that overlap tie. A single run has no range of its own: it gets the spread measured for that model on that
 device, the range of the data-free runs (highest minus lowest, over their median) of the same grid, else of that
-directory's data-free runs of the same setting, else DEFAULT_SPREAD (1%: repeated data-free runs of the H100
-findings spread 0.8-0.9%). A single run's range is its rate plus or minus half that spread, so two single runs tie
-when they differ by less than the spread.
+directory's data-free runs of the same setting, else DEFAULT_SPREAD (1%: a little over what repeated data-free runs
+spread in docs/BENCHMARKS.md's findings). A single run's range is its rate plus or minus half that spread, so two single
+runs tie when they differ by less than the spread.
 
-With no such results, `probe.py` measures in this process first (about a minute; see its docstring for what it
-measures and trusts): the data-free rate twice, every candidate's ceiling, and the cheapest candidates that can keep
-up confirmed in the real training loop. Its windows are written as one grid of bench results, picked from by the same
-rule, so a second call is instant.
+With no such results, the probe (`probe_feed.py`) measures in this process first (about a minute; see its docstring for
+what it measures and trusts): the data-free rate twice, every candidate's ceiling, and the cheapest candidates that can
+keep up confirmed in the real training loop. Its windows are written as one grid of bench results, picked from by the
+same rule, so a second call is instant.
 
 Where results are looked for: `results_dir` if given, else $GPUFEED_BENCH_RESULTS if set, else DATA_DIR/.gpufeed-bench/
 (where `bench loaders` writes by default); the probe writes there too, or, if DATA_DIR is read-only, to
@@ -35,9 +35,9 @@ from pathlib import Path
 from dataprep.paths import inside
 from dataprep.text import printable
 
-from .probe import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
+from .probe_feed import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
-# the spread when no data-free run was repeated: repeated data-free runs of the H100 findings spread 0.8-0.9%
+# the spread when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
 DEFAULT_SPREAD = 0.01
 
 

@@ -1,4 +1,4 @@
-"""Running the probe (probe.py) in the real training loop, then its measurements as bench result records: one per
+"""Running the probe (probe_feed.py) in the real training loop, then its measurements as bench result records: one per
 window (data-free r0 and r1, each confirmed candidate), named `fastestGRID-<job name>` so they never replace a grid's
 own, and `fastest-probe-GRID.json` with the ceilings, the candidates that failed and where the time went (no `job`
 key: bench reads it as no result)."""
@@ -19,7 +19,7 @@ from pathlib import Path
 from ..grid.job import Job
 from ..records.env import hardware, run_record, write_json_atomic
 from ..records.results import finalize
-from .probe import Feed, Probe, ProbeConfig, ProbeDone
+from .probe_feed import Feed, Probe, ProbeConfig, ProbeDone
 
 
 def job_of(data: Path, key: dict, grid: str, **kind):

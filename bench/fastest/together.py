@@ -2,15 +2,15 @@
 count it will train with.
 
 Every rank of the training starts `bench fastest` in a child process; the children form a process group of their own
-(training.stream.choose_loader gives them a port of rank 0's host) and run the probe's training loop together, one
-GPU each under DDP, each rank reading its own shard as the training will. Rank 0 leads: it runs the probe (probe.py)
-as one process does, and before each step tells the others, over a gloo group (a few host bytes, no device sync), what
-that step eats: the resident batch, a candidate loader's next batch, or nothing more. A follower opens the same
-candidate on its own shard; one that cannot deliver a batch says so at the next step (training the resident batch
-meanwhile, so that the ranks stay in step), and rank 0 counts the candidate as failed. The ceilings are rank 0's
-alone (they only rule out and order); every confirmation and data-free window is all ranks' training loop. At the
-end each rank measures the same windows on its own timer, and rank 0 writes them as records of `nproc` ranks, merged
-as `bench loaders --nproc` merges its ranks'."""
+(training.data.choose_loader gives them a port of rank 0's host) and run the probe's training loop together, one GPU
+each under DDP, each rank reading its own shard as the training will. Rank 0 leads: it runs the probe (probe_feed.py) as
+one process does, and before each step tells the others, over a gloo group (a few host bytes, no device sync), what that
+step eats: the resident batch, a candidate loader's next batch, or nothing more. A follower opens the same candidate on
+its own shard; one that cannot deliver a batch says so at the next step (training the resident batch meanwhile, so that
+the ranks stay in step), and rank 0 counts the candidate as failed. The ceilings are rank 0's alone (they only rule out
+and order); every confirmation and data-free window is all ranks' training loop. At the end each rank measures the same
+windows on its own timer, and rank 0 writes them as records of `nproc` ranks, merged as `bench loaders --nproc` merges
+its ranks'."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..grid.job import BACKEND_NAMES
-from .probe import DONE, Feed, Probe, ProbeDone
+from .probe_feed import DONE, Feed, Probe, ProbeDone
 
 RESIDENT, LOADER, FINISHED = 0, 1, 2  # what a step eats
 
@@ -111,7 +111,7 @@ class _Leader:
 def _follow(probe: Probe, resident) -> Iterator:
     """A rank other than 0: each step, what rank 0 says; a candidate opened on this rank's shard."""
     from loaders import build_loader
-    from training.stream import EpochStream
+    from training.data import EpochStream
 
     current, loader, stream, failed = None, None, None, 0
     try:

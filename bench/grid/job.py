@@ -15,7 +15,7 @@ from pathlib import Path
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
 MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
-# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.stream.KIND_MODELS, mirrored here
+# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.data.KIND_MODELS, mirrored here
 # to keep this module free of torch imports)
 KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}
 USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
@@ -203,7 +203,7 @@ COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_
                   "dit_tiny": 40.0}  # the first job pays it  # fmt: skip
 GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0, "dit_b2": 1_000.0,
              "dit_tiny": 15_000.0}  # eager bf16  # fmt: skip
-COMPILED_SPEEDUP = 2.5  # compiled with CUDA graphs, ddpm_cifar10: 5,049 vs 1,840 img/s (train_speed.json)
+COMPILED_SPEEDUP = 2.5  # ddpm_cifar10 compiled with CUDA graphs against eager (BENCHMARKS.md, What the model eats)
 CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5, "dit_b2": 2.0, "dit_tiny": 400.0}
 LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7,
                 "stream": 15_000.0}  # per worker  # fmt: skip

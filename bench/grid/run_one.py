@@ -86,8 +86,8 @@ def consume(loader, job: Job) -> dict:
     """--model none: fetch, one trivial reduction on the device per batch. The loader's ceiling."""
     import torch
 
+    from training.data import EpochStream
     from training.starvation import StepTimer
-    from training.stream import EpochStream
 
     timer, stream = StepTimer(job.device), EpochStream(loader)
     sink = torch.zeros((), device=job.device)

@@ -36,7 +36,7 @@ class GridConfig:
     pin_memory: tuple[bool, ...] = (True, False)
     batch_sizes: tuple[int, ...] = (128,)  # DDPM's CIFAR-10 batch
     model: str = "none"  # none: the loader alone; else a training.model preset in the real training loop
-    steps: int = 200  # measured steps: 10-30 s per configuration on the H100 for ddpm_cifar10
+    steps: int = 200  # measured steps: seconds per configuration for ddpm_cifar10 on a GPU, enough for a median
     warmup: int = 20  # left out: worker start-up, compilation, cuDNN autotuning, page cache
     device: str = "cuda"
     cpus: int | None = None  # cores per run (per rank), as on a node with fewer cores per GPU; None: all allowed

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Finding 5: the training loops people already run, measured unchanged by `bench watch --compare` on one GPU machine:
 # lucidrains' Trainer (bench/studies/lucidrains_trainer.py) and the diffusers-style program
-# (training/diffusers_unconditional.py), each as shipped, on 4 cores, and fed by gpufeed.
+# (examples/diffusers_unconditional.py), each as shipped, on 4 cores, and fed by gpufeed.
 #
 #   bash bench/studies/finding5.sh prep lucidrains diffusers gputest
 #
@@ -45,7 +45,7 @@ lucidrains() {
 }
 
 diffusers() {
-  local run=($PY -m training.diffusers_unconditional --steps "$STEPS")
+  local run=($PY examples/diffusers_unconditional.py --steps "$STEPS")
   watch diffusers-shipped -- "${run[@]}" --folder "$JPG" --workers 0
   watch diffusers-cpus4 --cpus 4 -- "${run[@]}" --folder "$JPG" --workers 0
   watch diffusers-gpufeed-ffcv4 -- "${run[@]}" --data "$DATA/cifar10" --loader ffcv --workers 4

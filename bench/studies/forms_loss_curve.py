@@ -1,6 +1,6 @@
 """Does the UNet train the same with its faster forms (training.model) as with the forms they replaced
-(training.speedups)? The real training loop (`train`: a real loader, EMA, the learning-rate warm-up, bf16, compiled
-with CUDA graphs) runs once per form from the same seed, each in a fresh process, and the per-step losses are
+(bench/studies/speedups.py)? The real training loop (`train`: a real loader, EMA, the learning-rate warm-up, bf16,
+compiled with CUDA graphs) runs once per form from the same seed, each in a fresh process, and the per-step losses are
 compared window by window: the two runs draw the same batches, timesteps and noise at first and drift apart only
 through rounding, so the window means should differ by no more than their noise (the standard error of a window's
 mean, from the per-step spread). The JSON keeps every per-step loss, both rates and the comparison; the plot draws
@@ -31,7 +31,8 @@ def run_form(form: str, args: argparse.Namespace, out: Path) -> None:
     import training.model
     from training.config import TrainConfig
     from training.loop import main
-    from training.speedups import PREVIOUS, SlicedGradCatUNet, revert
+
+    from .speedups import PREVIOUS, SlicedGradCatUNet, revert
 
     if form == "previous":
 

@@ -110,8 +110,8 @@ def run_alone(loader, steps: int) -> dict:
     """--model none: each batch fetched and reduced, nothing else: the loader's ceiling through the link."""
     import torch
 
+    from training.data import EpochStream
     from training.starvation import StepTimer
-    from training.stream import EpochStream
 
     timer, stream = StepTimer(loader.opts.device), EpochStream(loader)
     sink = torch.zeros((), device=loader.opts.device)

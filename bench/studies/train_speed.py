@@ -15,7 +15,7 @@ fresh noise), backward, grad-clip 1.0, Adam (fused on CUDA), as in the paper. Mo
     bf16_max_autotune           the same in NCHW
 
 The faster forms of training.model (GroupNorm reduced per channel, a dense gradient at the up path's concatenations,
-upsampling as a broadcast) against the forms they replaced (training.speedups: same function, same parameters):
+upsampling as a broadcast) against the forms they replaced (bench/studies/speedups.py: same function, same parameters):
 
     bf16_cl_cudagraphs_prev_all       all three previous forms: the compiled step before them
     bf16_cl_cudagraphs_prev_gn        only GroupNorm's previous form (per-group statistics)
@@ -49,9 +49,9 @@ from torch import nn
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps
-from training.speedups import PREVIOUS, revert
 
 from ..records.env import run_record
+from .speedups import PREVIOUS, revert
 
 BF16 = torch.bfloat16
 PROFILED_STEPS = 5  # enough for a stable ranking of the kernels
@@ -62,7 +62,7 @@ class Mode(NamedTuple):
     channels_last: bool
     compile_mode: str | None = None  # torch.compile mode; None runs eager
     compiled: str = "model"  # what is compiled: the UNet as in training.loop, or the whole "loss"
-    variants: tuple[str, ...] = ()  # training.speedups.PREVIOUS names (the forms before), or TORCH_GN
+    variants: tuple[str, ...] = ()  # bench.studies.speedups.PREVIOUS names (the forms before), or TORCH_GN
     inductor: tuple[tuple[str, object], ...] = ()  # torch._inductor.config settings while the mode compiles and runs
 
 

@@ -3,9 +3,9 @@ replayed as one CUDA graph per input shape, for `dataprep convert --vae`.
 
 Eager, a batch is hundreds of kernel launches, and each one releases and retakes the GIL. In a converting process the
 GIL is busy: the decoding pool's threads receive decoded samples, the writers and the digest work on the chunk
-before. The encoding thread then waits for the GIL more than for the GPU: an AudioLDM-shaped encoder on an H100 ran at
-141 clips/s inside the conversion and at 376 on its own, with 19.1 of its 20.5 seconds spent queuing work. A replay is
-one launch: the thread needs the GIL a few times per batch, and the GPU stays ahead of it. Where a capture fails
+before. The encoding thread then waits for the GIL more than for the GPU: an AudioLDM-shaped encoder ran at under half
+its own rate inside the conversion, nearly all of its time spent queuing work (docs/BENCHMARKS.md, finding 6). A replay
+is one launch: the thread needs the GIL a few times per batch, and the GPU stays ahead of it. Where a capture fails
 (an operation this GPU or driver cannot capture), that shape runs eagerly, with a message.
 
 The outputs are the graph's own tensors, overwritten by the next replay: use them (copy, stack, cast) before the

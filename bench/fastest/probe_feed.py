@@ -1,7 +1,7 @@
 """What `train --loader fastest` measures when no bench results match: one process, one model, about a minute.
 
 A bench grid starts a fresh process per configuration, so a compiled model pays its graph load and CUDA-graph capture
-every time (35-45 s for `ddpm_cifar10` on an H100). The probe pays them once: it runs the real training loop
+every time (docs/BENCHMARKS.md, "Cold start"). The probe pays them once: it runs the real training loop
 (`training.loop.main`) in this process on a throwaway copy of the model, and feeds that loop itself, step by step:
 
 1. the data-free rate: one batch already on the device, again and again, after the compile and capture are done;
@@ -15,16 +15,18 @@ every time (35-45 s for `ddpm_cifar10` on an H100). The probe pays them once: it
    trains at 99% of the data-free rate or more with under 1% starvation (none past `budget_s` but the first);
 4. the data-free rate again, so the data-free runs have two repeats: their range is the spread `fastest` ties by.
 
-A ceiling is trusted only to rule a loader out (a loader slower alone than the model's appetite cannot feed it) and
-to order the rest; only a measurement in the training loop, against the data-free rate of the same process, picks.
-The loop's steps are timed by its own StepTimer (CUDA events on a GPU), exactly as a bench run's are; the probe ends
-the loop by raising ProbeDone from the feed. The compile (about 2 minutes for `ddpm_cifar10` with an empty
-torch.compile cache, 15-20 s from a warm one) is the model's own: the training that follows reuses the cache.
+A ceiling is trusted only to rule a loader out (a loader slower alone than the model's appetite cannot feed it) and to
+order the rest; only a measurement in the training loop, against the data-free rate of the same process, picks. The
+loop's steps are timed by its own StepTimer (CUDA events on a GPU), exactly as a bench run's are; the probe ends the
+loop by raising ProbeDone from the feed. The compile (minutes for `ddpm_cifar10` with an empty torch.compile cache,
+seconds from a warm one: docs/BENCHMARKS.md, "Cold start") is the model's own: the training that follows reuses the
+cache.
 
-probe_run.py runs the loop, then writes the data-free and confirming windows as bench result records (one grid), so
-`fastest` reads them like a grid's, `bench report` tables them, and a second call is instant; `fastest-probe-GRID.json`
-beside them holds every ceiling, the order tried and where the time went. Ctrl-C stops the probe after the current step;
-nothing is written."""
+This module is the feed: what each step of the loop trains on, and what the probe decides from the steps' times.
+probe_run.py starts the loop on it, then writes the data-free and confirming windows as bench result records (one grid),
+so `fastest` reads them like a grid's, `bench report` tables them, and a second call is instant;
+`fastest-probe-GRID.json` beside them holds every ceiling, the order tried and where the time went. Ctrl-C stops the
+probe after the current step; nothing is written."""
 
 from __future__ import annotations
 
@@ -41,13 +43,13 @@ MAX_STARVATION = 0.01  # and under 1% of the time waiting for input
 @dataclass
 class ProbeConfig:
     budget_s: float = 45.0  # start no further confirmation past this: with imports and the model, about a minute
-    segment_s: float = 1.5  # measured seconds per window: ~60 compiled ddpm_cifar10 steps on an H100
+    segment_s: float = 1.5  # measured seconds per window: dozens of compiled ddpm_cifar10 steps on a GPU
     min_steps: int = 5  # at least this many steps per window: a CPU step can take a second
     warmup: int = 10  # data-free steps first: compilation, CUDA-graph capture, cuDNN's autotuning (1 on CPU)
     loader_warmup: int = 8  # steps of a new loader left out: worker start and its prefetch queue filling (1 on CPU)
     ceiling_s: float = 0.5  # seconds of batches per ceiling after two warm-up batches: it only orders and rules out
     headroom: float = 0.10  # a ceiling must beat the data-free rate by this much: one that barely keeps up starves
-    workers_cuda: tuple[int, ...] = (1, 4, 8)  # FFCV and DALI feed an H100 from 1 thread; files need 4 or more
+    workers_cuda: tuple[int, ...] = (1, 4, 8)  # FFCV and DALI feed a GPU from 1 thread (findings 2, 3); files need 4+
     workers_cpu: tuple[int, ...] = (0, 2)  # a CPU device trains on the same cores the workers would use
     # a candidate that keeps up while keeping fewer cores than this busy at the model's rate ends the ceilings: no
     # other could save more (backends are tried in the order of bench.grid.job.LOADER_IMG_S, least host work first)
@@ -182,7 +184,7 @@ class Probe:
         import torch
 
         from loaders import build_loader
-        from training.stream import EpochStream
+        from training.data import EpochStream
 
         rec = {"config": cand}
         dev = self.key["device"]
@@ -238,7 +240,7 @@ class Probe:
     def confirm(self, cand: tuple, resident) -> Iterator:
         """One candidate in the loop; returns (samples/s, starvation), or None when it failed."""
         from loaders import build_loader
-        from training.stream import EpochStream
+        from training.data import EpochStream
 
         t0, loader = time.perf_counter(), None
         try:

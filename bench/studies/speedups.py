@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .model import GroupNorm, UNet, Upsample2x
+from training.model import GroupNorm, UNet, Upsample2x
 
 
 class GroupStatsGroupNorm(GroupNorm):

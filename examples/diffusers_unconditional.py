@@ -4,10 +4,11 @@ either its own way (a folder of images through torchvision transforms and a Data
 The model is `UNet2DModel` built from the configuration of the DDPM CIFAR-10 checkpoint (35.7M parameters, no
 download), the noise schedule `DDPMScheduler(1000)`, the loop the example's: accelerate, AdamW, cosine schedule with
 warm-up, gradient clipping at 1, MSE on the noise, and the loss logged with `.item()` every `--log-every` steps
-(every step in the example). `--tiny` shrinks the UNet for CPU tests.
+(every step in the example). `--tiny` shrinks the UNet for CPU tests. `--data` needs gpufeed importable
+(`pip install -e .[integrations]`, or PYTHONPATH at the repository's root).
 
-    python -m training.diffusers_unconditional --folder cifar10-jpg/train --steps 300 --workers 0
-    python -m training.diffusers_unconditional --data data/cifar10 --loader ffcv --workers 4 --steps 300
+    python examples/diffusers_unconditional.py --folder cifar10-jpg/train --steps 300 --workers 0
+    python examples/diffusers_unconditional.py --data data/cifar10 --loader ffcv --workers 4 --steps 300
 """
 
 from __future__ import annotations
