@@ -1,5 +1,5 @@
 # Two entry points, both doing all set-up first: `make demo` (end to end on embedded synthetic data, no GPU
-# needed) and `make test` (the whole suite; CI runs exactly this).
+# needed) and `make test` (the suite but the tests marked slow; CI runs exactly this; `make test-slow` runs those).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO ?= runs/demo
@@ -7,7 +7,7 @@ DEVICE ?= $(shell $(PY) -c "import torch; print('cuda' if torch.cuda.is_availabl
 APT_PKGS := libopencv-dev libturbojpeg0-dev pkg-config libsndfile1
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup apt demo test lint clean
+.PHONY: setup apt demo test test-slow lint clean
 
 # ffcv builds from source against Debian's OpenCV and libjpeg-turbo; install them only when missing
 apt:
@@ -53,7 +53,10 @@ demo: setup
 	@$(PY) -m bench.report.demo $(BENCH_DIR) $(DEMO)/train
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
 
 lint: setup
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
