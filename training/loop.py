@@ -9,9 +9,7 @@ copy from pageable memory) makes the host late for every step instead; the timer
 
 from __future__ import annotations
 
-import copy
 import math
-import sys
 import time
 import traceback
 from contextlib import ExitStack
@@ -21,28 +19,11 @@ import torch
 
 from loaders.base import worker_errors
 
-from . import ddp
-from .checkpoint import (
-    CKPT_NAME,
-    CheckpointError,
-    capture_rng,
-    check_data,
-    data_identity,
-    load_checkpoint,
-    remove_leftovers,
-    restore_rng,
-    save_checkpoint,
-)
-from .compile_cache import for_run, since_launch
+from . import cadence, ddp
 from .config import TrainConfig
-from .data import EpochStream, check_fits, choose_loader, data_spec, open_loader
-from .grad_sync import wrap
-from .guard import Guard
-from .metrics import MetricsLog
-from .starvation import StepTimer
+from .data import check_fits
+from .prepare import Run, mark, set_up
 from .stopping import StopOnSignal
-
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 
 
 @dataclass
@@ -93,256 +74,174 @@ def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], decay
     torch._foreach_lerp_(ema_params, params, 1.0 - decay)
 
 
-def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
-    from .diffusion import GaussianDiffusion
-    from .latent import OnlineEncoder, Preview
-    from .model import model_config
-    from .profiling import count_train_flops, profile_steps
+@dataclass
+class Progress:
+    """What changes from step to step."""
 
-    t_start, cuda, run_dir = time.perf_counter(), device.startswith("cuda"), cfg.out
-    set_up: dict[str, float] = {}  # points of the start, seconds since launch: a compiled run's record keeps them
-
-    def mark(what: str) -> None:
-        set_up[what] = round(since_launch(), 3)
-
-    mark("imports done")
-    spec = data_spec(cfg, injected=loader is not None)
-    kind, model_name = spec.kind, spec.model
-    # --vae: the autoencoder encodes every batch inside the step, and the model trains on its latents
-    encoder = OnlineEncoder(cfg.vae, spec, cfg.data, device, cfg.compile) if cfg.vae else None
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True  # fp32 mode on tensor cores
-    torch.backends.cudnn.benchmark = True  # fixed shapes: autotune the convolutions once
-
-    # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
-    torch.manual_seed(cfg.seed)
-    mcfg = model_config(model_name, encoder.shape if encoder else spec.shape, spec.classes)
-    conditional = getattr(mcfg, "num_classes", 0) > 0  # DiT on labelled data
-    memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
-    model = mcfg.build().to(device, memory_format=memory_format)
-    ema_model = copy.deepcopy(model).requires_grad_(False)
-    diffusion = GaussianDiffusion().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=cuda)  # fused: one kernel for all params
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(cfg.warmup, 1)))
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
-    train_dict = cfg.to_dict() | {"model": model_name, "world_size": info.world_size}
-    stateful = {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
-    mark("model on the device")  # CUDA's start included
-
-    # resume, or refuse to overwrite a run that has a checkpoint; a checkpoint write killed midway left a temporary file
-    ckpt_path, start_step, epoch, position, state = run_dir / CKPT_NAME, 0, 0, 0, None
-    for line in remove_leftovers(run_dir) if info.main else ():
-        print(line, file=sys.stderr)
-    # what it trains on, recorded in every checkpoint: a resume on other data or another autoencoder is refused
-    record = {"data": data_identity(cfg.data, spec.manifest, encoder.vae.identity if encoder else None)}
-    if cfg.resume:
-        state = load_checkpoint(ckpt_path, model_config=asdict(mcfg), train_config=train_dict)
-        note = check_data(ckpt_path, state.get("data"), record["data"], cfg.resume_other_data)
-        if note and info.main:
-            print(f"resume: {note}", file=sys.stderr)
-        if note and state.get("data"):  # an override: the checkpoint keeps what the run trained on before
-            record["data_before"] = [*state.get("data_before", []), {"until_step": state["step"], **state["data"]}]
-        for name, obj in stateful.items():
-            obj.load_state_dict(state[name])
-        start_step, epoch, position = state["step"], state["epoch"], state["position"]
-        stop.last_checkpoint = f"{ckpt_path} (step {start_step}) is as it was"
-    elif ckpt_path.exists():
-        raise CheckpointError(
-            f"{ckpt_path}: a run is already there; pass --resume to continue it or choose another --out"
-        )
-    else:
-        torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
-
-    # Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
-    # each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
-    # graph and the NCCL all-reduces run eagerly between them. `--grad-sync` chooses another way (training.grad_sync);
-    # `sync_grads` then averages the gradients between backward and the optimizer. The compile cache loads first:
-    # torch.compile installs the traced program it may hold
-    net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
-    autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
-    compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
-    if cfg.compile:
-        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
-        net = compiled.compile(net, None if cfg.compile_mode == "default" else cfg.compile_mode, autocast)
-        mark("model compiled")
-
-    # data: the loader is started (and on resume fast-forwarded) before the RNG states are restored
-    choice = None
-    if loader is None:
-        choice = choose_loader(cfg, model_name, device, info)
-        loader = open_loader(cfg, choice, device, info, kind)
-        cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
-    backend = choice.backend if choice else type(loader).__name__
-    mark("loader open")
-    t_stream = time.perf_counter()
-    stream = EpochStream(loader, epoch, position)
-    if state is not None:
-        stream.start()
-        restore_rng(state["rng"][info.rank])
-        if info.main and not getattr(loader, "order_from_epoch", True):
-            print(f"resume: {backend} chooses its own shuffle, so from here the batches differ from an uninterrupted "
-                  "run's (equally shuffled, not the same); use another loader where a resume must match exactly",
-                  file=sys.stderr)  # fmt: skip
-
-    log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
-    if compiled is not None and compiled.cache is not None:
-        log.write(f"compile cache: {compiled.cache.note}")
-    preview = Preview(spec, encoder, device)
-    timer = StepTimer(device)
-    params, ema_params = list(model.parameters()), list(ema_model.parameters())
-    guard = Guard(info, stop, model, ema_model, optimizer)  # non-finite values end the run, on every rank alike
-    losses: list[float] = []
+    step: int  # optimizer steps done, a resumed run's included
+    losses: list[float] = field(default_factory=list)  # rank 0's local loss per step from start_step + 1
     # losses not yet read, each a host copy and the CUDA event after which it holds the value: Tensor.item() on a
     # device tensor synchronizes the whole stream, so reading step i-1's loss that way after enqueuing step i waited
     # for step i too; the host then fetched every batch while the GPU sat idle (bench: host_behind 1.0, 3-5% idle)
-    pending: list[tuple[torch.Tensor, torch.cuda.Event | None]] = []
-    step, first_batch_s, flops, stopping, sample_shape = start_step, None, None, False, []
+    pending: list[tuple[torch.Tensor, torch.cuda.Event | None]] = field(default_factory=list)
+    first_batch_s: float | None = None  # set at the first batch, which also counts the FLOPs and fixes sample_shape
+    flops: float | None = None  # per step, on this rank
+    sample_shape: tuple[int, ...] = ()
+    stopping: bool = False  # a stop signal or a non-finite value, known on every rank alike
 
-    def train_step(x: torch.Tensor, y: torch.Tensor) -> None:
-        if cfg.compile and cfg.compile_mode == "reduce-overhead":
-            torch.compiler.cudagraph_mark_step_begin()
-        with autocast:
-            x = encoder(x) if encoder is not None else x  # inside the step: its GPU time is the step's
-            loss = diffusion.loss(net, x, y=y if conditional else None).float()
-        pending.append(stage(loss.detach()))  # before backward: the event lands early in this step's stream
-        scaler.scale(loss).backward()
-        if sync_grads is not None:
-            sync_grads()
-        if cfg.grad_clip > 0:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip, foreach=True)
-        scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        schedule.step()
-        # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
-        ema_update(ema_params, params, min(cfg.ema, (1 + step) / (10 + step)))
 
-    def stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
-        if not cuda:
-            return loss, None
-        host = torch.empty((), dtype=loss.dtype, pin_memory=True)  # pinned, so the copy does not block the host
-        host.copy_(loss, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
-        return host, done
+def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
+    from .profiling import profile_steps
 
-    def count_flops(x: torch.Tensor, y: torch.Tensor | None) -> float:
-        # on the meta device, from shapes alone: a real pass would run eagerly in fp32 before the first step,
-        # autotuning cuDNN for convolutions the bf16 step never runs, and touch the RNG and the gradients. Attention
-        # counts as its matmuls (a fused kernel's backward recompute is not the model's work)
-        with torch.device("meta"):
-            shadow = mcfg.build()
-        meta = [None if t is None else t.to("meta") for t in (x, y)]
-        return count_train_flops(shadow, GaussianDiffusion().to("meta"), *meta)
-
-    def drain(keep: int = 0) -> None:
-        while len(pending) > keep:
-            host, done = pending.pop(0)
-            if done is not None:
-                done.synchronize()  # waits for that step's forward only, not for the work queued after it
-            losses.append(host.item())
-            if not math.isfinite(losses[-1]):
-                guard.loss(start_step + len(losses), losses[-1])
-
-    def one_step() -> None:
-        nonlocal step, first_batch_s, flops, stopping
-        batch = timer.fetch(stream)
-        if first_batch_s is None:  # count FLOPs once, outside any timed step; previews take the data's shape
-            first_batch_s = time.perf_counter() - t_stream
-            mark("first batch in hand")
-            if encoder is None:
-                check_fits(mcfg, tuple(batch.x.shape), cfg.data, model_name, kind)
-            x0 = batch.x if encoder is None else encoder(batch.x)
-            flops = count_flops(x0, batch.y if conditional else None)
-            sample_shape[:] = [cfg.sample_count, *x0.shape[1:]]
-            mark("FLOPs counted")
-        if compiled is not None and step == start_step + cfg.timing_warmup:
-            compiled.timed_steps_begin()
-        timer.step_begin()
-        if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
-            with log.compiling(step + 1), compiled.first_step():
-                train_step(batch.x, batch.y)
-            log.write(f"step {step + 1}: {compiled.finish(info.main)}")
-        else:
-            train_step(batch.x, batch.y)
-        timer.step_end()
-        step += 1
-        drain(keep=1)  # the previous step's loss; the device is still busy with this one
-        log.step(step, losses[-1] if losses else float("nan"), timer)
-        at_log = step % cfg.log_every == 0 or step == cfg.steps
-        if at_log:
-            drain()
-            log.window(step, losses[-1], timer, flops)
-            guard.check_weights(step)  # the window's figures have just waited for the device
-        # every rank alike: a stop signal on any rank, or NonFiniteError (decided one step late under DDP, no sync)
-        stopping = guard.poll()
-        if cfg.sample_every and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main:
-            with timer.paused():  # the GPU samples here: neither training nor starving
-                labels = torch.arange(cfg.sample_count, device=device) % spec.classes if conditional else None
-                log.samples(ema_model, diffusion, tuple(sample_shape), kind, step, labels, preview)
-        if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps or stopping):
-            drain()
-            with timer.paused():
-                guard.check_weights(step, optimizer=True)
-                stopping = guard.poll(wait=True) or stopping  # no rank writes on an old answer
-                _save(ckpt_path, stateful, step, stream, asdict(mcfg), train_dict, info, record)
-                stop.last_checkpoint = f"{ckpt_path} (step {step}) is the last good one"
-            log.write(f"step {step}: checkpoint written to {ckpt_path}")
-
-    # the loop
+    run = set_up(cfg, loader, info, device, stop, cleanup)
+    progress = Progress(step=run.start_step)
     # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures
-    profile_at = start_step + max(
-        1, min(cfg.timing_warmup - cfg.profile_steps, cfg.steps - start_step - cfg.profile_steps)
+    profile_at = run.start_step + max(
+        1, min(cfg.timing_warmup - cfg.profile_steps, cfg.steps - run.start_step - cfg.profile_steps)
     )
-    with worker_errors(backend, cfg.data):  # a dead worker can surface anywhere in a step (PyTorch's SIGCHLD handler)
-        while step < cfg.steps and not stopping:
-            if cfg.profile and step == profile_at:
-                out = run_dir / "profile" / (f"rank{info.rank}" if info.enabled else "")
-                profile_steps(one_step, min(cfg.profile_steps, cfg.steps - step), out)
+    with worker_errors(run.backend, cfg.data):  # a dead worker can surface anywhere in a step (PyTorch's SIGCHLD)
+        while progress.step < cfg.steps and not progress.stopping:
+            if cfg.profile and progress.step == profile_at:
+                out = cfg.out / "profile" / (f"rank{info.rank}" if info.enabled else "")
+                profile_steps(lambda: _one_step(run, progress), min(cfg.profile_steps, cfg.steps - progress.step), out)
             else:
-                one_step()
-    drain()
-    guard.poll(wait=True)  # the last step's loss, read after it
-    if compiled is not None and info.main:
-        compiled.save()  # what compiled after the first step too (a recompile)
-    log.close()
-    checksum = sum(v.double().sum().item() for v in model.state_dict().values())
-    figures = log.final(timer, flops, checksum)
+                _one_step(run, progress)
+    _read_losses(run, progress)
+    run.guard.poll(wait=True)  # the last step's loss, read after it
+    if run.compiled is not None and info.main:
+        run.compiled.save()  # what compiled after the first step too (a recompile)
+    run.log.close()
+    return _summary(run, progress)
+
+
+def _one_step(run: Run, progress: Progress) -> None:
+    """Fetch, step, then what comes after a step. The timed step includes the wait for its batch: the host fetches
+    while the device still runs the step before, so a loader that keeps up costs the timer nothing."""
+    cfg, compiled = run.cfg, run.compiled
+    batch = run.timer.fetch(run.stream)
+    if progress.first_batch_s is None:
+        _first_batch(run, progress, batch)  # outside any timed step
+    if compiled is not None and progress.step == run.start_step + cfg.timing_warmup:
+        compiled.timed_steps_begin()
+    run.timer.step_begin()
+    if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
+        with run.log.compiling(progress.step + 1), compiled.first_step():
+            _train_step(run, batch.x, batch.y, progress.step, progress.pending)
+        run.log.write(f"step {progress.step + 1}: {compiled.finish(run.info.main)}")
+    else:
+        _train_step(run, batch.x, batch.y, progress.step, progress.pending)
+    run.timer.step_end()
+    progress.step += 1
+    _after_step(run, progress)
+
+
+def _first_batch(run: Run, progress: Progress, batch) -> None:
+    """The first batch's latency; the data checked against the model; the FLOPs counted once; the previews' shape,
+    which is the data's (the latents' under --vae)."""
+    encoder = run.encoder
+    progress.first_batch_s = time.perf_counter() - run.t_stream
+    mark(run.set_up, "first batch in hand")
+    if encoder is None:
+        check_fits(run.mcfg, tuple(batch.x.shape), run.cfg.data, run.spec.model, run.spec.kind)
+    x0 = batch.x if encoder is None else encoder(batch.x)
+    progress.flops = _count_flops(run.mcfg, x0, batch.y if run.conditional else None)
+    progress.sample_shape = (run.cfg.sample_count, *x0.shape[1:])
+    mark(run.set_up, "FLOPs counted")
+
+
+def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: list) -> None:
+    """Forward, backward, clip, optimizer and EMA, enqueued without a host sync. The loss joins `pending`, to be read
+    a step later."""
+    cfg, optimizer, scaler = run.cfg, run.stateful["optimizer"], run.stateful["scaler"]
+    if cfg.compile and cfg.compile_mode == "reduce-overhead":
+        torch.compiler.cudagraph_mark_step_begin()
+    with run.autocast:
+        x = run.encoder(x) if run.encoder is not None else x  # inside the step: its GPU time is the step's
+        loss = run.diffusion.loss(run.net, x, y=y if run.conditional else None).float()
+    pending.append(_stage(loss.detach()))  # before backward: the event lands early in this step's stream
+    scaler.scale(loss).backward()
+    if run.sync_grads is not None:
+        run.sync_grads()
+    if cfg.grad_clip > 0:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
+    scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    run.stateful["schedule"].step()
+    # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
+    ema_update(run.ema_params, run.params, min(cfg.ema, (1 + step) / (10 + step)))
+
+
+def _stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
+    """The loss's host copy and the event after which it holds the value (on CPU, the loss itself)."""
+    if not loss.is_cuda:
+        return loss, None
+    host = torch.empty((), dtype=loss.dtype, pin_memory=True)  # pinned, so the copy does not block the host
+    host.copy_(loss, non_blocking=True)
+    done = torch.cuda.Event()
+    done.record()
+    return host, done
+
+
+def _count_flops(mcfg, x: torch.Tensor, y: torch.Tensor | None) -> float:
+    """On the meta device, from shapes alone: a real pass would run eagerly in fp32 before the first step, autotuning
+    cuDNN for convolutions the bf16 step never runs, and touch the RNG and the gradients. Attention counts as its
+    matmuls (a fused kernel's backward recompute is not the model's work)."""
+    from .diffusion import GaussianDiffusion
+    from .profiling import count_train_flops
+
+    with torch.device("meta"):
+        shadow = mcfg.build()
+    meta = [None if t is None else t.to("meta") for t in (x, y)]
+    return count_train_flops(shadow, GaussianDiffusion().to("meta"), *meta)
+
+
+def _read_losses(run: Run, progress: Progress, keep: int = 0) -> None:
+    """Read the pending losses but the newest `keep`; a non-finite one goes to the guard, which stops the run."""
+    while len(progress.pending) > keep:
+        host, done = progress.pending.pop(0)
+        if done is not None:
+            done.synchronize()  # waits for that step's forward only, not for the work queued after it
+        progress.losses.append(host.item())
+        if not math.isfinite(progress.losses[-1]):
+            run.guard.loss(run.start_step + len(progress.losses), progress.losses[-1])
+
+
+def _after_step(run: Run, progress: Progress) -> None:
+    """The step's log, the stop decision, then the preview grid and the checkpoint when due."""
+    cfg, step, guard = run.cfg, progress.step, run.guard
+    _read_losses(run, progress, keep=1)  # the previous step's loss; the device is still busy with this one
+    run.log.step(step, progress.losses[-1] if progress.losses else float("nan"), run.timer)
+    if step % cfg.log_every == 0 or step == cfg.steps:
+        _read_losses(run, progress)
+        run.log.window(step, progress.losses[-1], run.timer, progress.flops)
+        guard.check_weights(step)  # the window's figures have just waited for the device
+    # every rank alike: a stop signal on any rank, or NonFiniteError (decided one step late under DDP, no sync)
+    progress.stopping = guard.poll()
+    if cadence.sample_due(cfg, step, run.info):
+        cadence.sample(run, step, progress.sample_shape)
+    if cadence.checkpoint_due(cfg, step, progress.stopping):
+        _read_losses(run, progress)  # every loss so far checked before the checkpoint is written
+        progress.stopping = cadence.write_checkpoint(run, step) or progress.stopping
+
+
+def _summary(run: Run, progress: Progress) -> RunSummary:
+    checksum = sum(v.double().sum().item() for v in run.stateful["model"].state_dict().values())
+    figures = run.log.final(run.timer, progress.flops, checksum)
+    losses, choice = progress.losses, run.choice
     return RunSummary(
-        steps=step - start_step,
-        start_step=start_step,
-        first_batch_s=first_batch_s or 0.0,
+        steps=progress.step - run.start_step,
+        start_step=run.start_step,
+        first_batch_s=progress.first_batch_s or 0.0,
         final_loss=losses[-1] if losses else float("nan"),
         losses=losses,
-        wall_s=time.perf_counter() - t_start,
-        backend=backend,
+        wall_s=time.perf_counter() - run.t_start,
+        backend=run.backend,
         param_checksum=checksum,
-        stopped_by=guard.stopped_by or stop.received,
-        compile=compiled.to_dict() if compiled is not None else {},
-        config=train_dict,
-        loader=asdict(choice) if choice else {"backend": backend, "reason": "a loader given to the loop"},
+        stopped_by=run.guard.stopped_by or run.stop.received,
+        compile=run.compiled.to_dict() if run.compiled is not None else {},
+        config=run.train_config,
+        loader=asdict(choice) if choice else {"backend": run.backend, "reason": "a loader given to the loop"},
         **figures,
     )
-
-
-def _save(
-    path,
-    stateful: dict,
-    step: int,
-    stream: EpochStream,
-    model_config: dict,
-    train_config: dict,
-    info: ddp.Dist,
-    record: dict,
-) -> None:
-    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise. `record`: what the run
-    trains on (checkpoint.data_identity)."""
-    rng = [capture_rng()]
-    if info.enabled:
-        rng = [None] * info.world_size
-        torch.distributed.all_gather_object(rng, capture_rng())
-    if not info.main:
-        return
-    state = {name: obj.state_dict() for name, obj in stateful.items()}
-    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng} | record
-    save_checkpoint(path, state | {"model_config": model_config, "train_config": train_config})
