@@ -76,25 +76,9 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
 
 
 def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    import h5py
+    from dataprep.formats.hdf5 import check_layout
 
-    from dataprep.formats.hdf5 import data_file
-
-    path = data_file(data_dir)
-    require_regular(path)  # listed files were checked above; an unlisted one must not block HDF5's open either
-    want = {"x": ((count, *shape), np.dtype(manifest["dtype"])), "y": ((count,), np.dtype("int64"))}
-    if manifest["kind"] == "audio":
-        want["length"] = ((count,), np.dtype("int64"))
-    try:
-        with h5py.File(path, "r") as f:
-            for name, (dims, dtype) in want.items():
-                if name not in f:
-                    return f"{path}: no dataset {name!r}"
-                if f[name].shape != dims or f[name].dtype != dtype:
-                    return f"{path}: dataset {name!r} is {f[name].shape} {f[name].dtype}, expected {dims} {dtype}"
-    except Exception as e:  # h5py raises OSError, KeyError or RuntimeError for a damaged superblock or object header
-        return f"{path}: not a readable HDF5 file ({type(e).__name__}: {e})"
-    return None
+    return check_layout(data_dir, manifest)
 
 
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
