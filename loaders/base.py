@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.latents.vae import scale_latents
+
 
 @dataclass
 class Batch:
@@ -142,7 +144,7 @@ def finish_latents(x: torch.Tensor, dtype: torch.dtype, latent: dict, flip: torc
     if noise is not None:
         eps = torch.randn(z.shape, device=z.device, generator=noise)
         z = z + view[:, 1].float() * eps
-    z = (z - latent["shift_factor"]) * latent["scaling_factor"]
+    z = scale_latents(z, latent["shift_factor"], latent["scaling_factor"])
     z = z.to(dtype)
     return z.contiguous(memory_format=torch.channels_last) if z.is_cuda else z.contiguous()
 

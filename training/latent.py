@@ -2,7 +2,7 @@
 `dataprep convert --vae` replaces), and previews turn sampled latents back into images through the decoder.
 
 The online encoding draws z = mean + std * noise from the latent distribution and scales it as the cached latents
-are scaled (loaders.base.finish_latents), so both paths train the same model on the same kind of input."""
+are scaled (dataprep.latents.vae.scale_latents), so both paths train the same model on the same kind of input."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import torch
 
 from dataprep.latents import VaeError, check_vae_identity, load_vae
+from dataprep.latents.vae import scale_latents
 
 from .stream import DataError, DataSpec
 
@@ -42,7 +43,7 @@ class OnlineEncoder:
             x = audioldm_mel(x[:, 0].float())[:, None]
         mean, std = self._moments(x)
         z = mean.float() + std.float() * torch.randn(mean.shape, device=mean.device)
-        z = (z - self.vae.shift_factor) * self.vae.scaling_factor
+        z = scale_latents(z, self.vae.shift_factor, self.vae.scaling_factor)
         return z.contiguous(memory_format=torch.channels_last) if z.is_cuda else z
 
 
