@@ -30,15 +30,15 @@ class OnlineEncoder:
         self._moments = torch.compile(self.vae.moments, dynamic=False) if compile else self.vae.moments
 
     def _input(self, spec: DataSpec) -> tuple[int, int, int]:
-        from dataprep.latents.mel import mel_input
+        from dataprep.features import audioldm_input
 
         audio = spec.manifest["audio"]
-        return mel_input(audio["sample_rate"], audio.get("channels", 1), spec.manifest["sample_shape"][-1])[0]
+        return audioldm_input(audio["sample_rate"], audio.get("channels", 1), spec.manifest["sample_shape"][-1])[0]
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.audio:
-            from dataprep.latents.mel import audioldm_mel
+            from dataprep.features import audioldm_mel
 
             x = audioldm_mel(x[:, 0].float())[:, None]
         mean, std = self._moments(x)
