@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
+from .base import Batch, Loader, shard_indices
+from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 
 class BatchReader(torch.utils.data.Dataset):

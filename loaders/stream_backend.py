@@ -31,7 +31,8 @@ import torch
 
 from dataprep.text import printable
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, worker_errors
+from .base import Batch, Loader
+from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute

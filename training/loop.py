@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from loaders.base import worker_errors
+from loaders.workers import worker_errors
 
 from . import ddp
 from .checkpoint import (
