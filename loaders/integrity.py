@@ -12,7 +12,6 @@ Measured costs are in docs/RELIABILITY.md."""
 
 from __future__ import annotations
 
-import csv
 import importlib
 import os
 from pathlib import Path
@@ -21,7 +20,7 @@ from stat import S_ISLNK, S_ISREG
 import numpy as np
 
 from dataprep.fields import changed_fields
-from dataprep.paths import NotRegularError, OutsideError, all_inside, inside, require_regular
+from dataprep.paths import NotRegularError, all_inside, inside, require_regular
 
 from .errors import LoaderError
 
@@ -181,25 +180,9 @@ def _dali_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None,
 
 
 def _files(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.files import DIRNAME, read_index
+    from dataprep.formats.files import check_index
 
-    index = data_dir / DIRNAME / "index.csv"
-    try:
-        rows = read_index(data_dir, checked=sizes)  # a row naming a listed file is as inside as the file
-        labels = [int(r[1]) for r in rows]
-    except OutsideError:
-        raise
-    except (OSError, ValueError, IndexError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
-        return f"{index}: unreadable ({type(e).__name__}: {e})"
-    if len(rows) != count:
-        return f"{index}: {len(rows)} rows, the manifest says {count}"
-    listed = set(sizes)
-    bad = next((r[0] for r in rows if f"{DIRNAME}/{r[0]}" not in listed), None)
-    if bad is not None:
-        return f"{index}: row {bad!r} is not a file the manifest lists"
-    if labels and not 0 <= min(labels) <= max(labels) < len(manifest["classes"]):
-        return f"{index}: labels outside 0..{len(manifest['classes']) - 1}"
-    return None
+    return check_index(data_dir, manifest, sizes)
 
 
 def _stream(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
