@@ -136,47 +136,9 @@ def _ffcv_tables(path: Path, manifest: dict, count: int, shape: tuple, names: tu
 
 
 def _dali(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.dali import data_ext, shard_paths
+    from dataprep.formats.dali import check_shards
 
-    record = int(np.prod(shape)) * np.dtype(manifest["dtype"]).itemsize
-    expected = {data_ext(manifest["kind"]): record, "cls": 8}
-    if manifest["kind"] == "audio":
-        expected["len"] = 8
-    tars, indexes = shard_paths(data_dir)
-    total = 0
-    for tar, index in zip(tars, indexes):
-        require_regular(tar)
-        require_regular(index)
-        problem, n = _dali_index(Path(index), os.stat(tar).st_size, expected)
-        if problem:
-            return f"{index}: {problem}"
-        total += n
-    if total != count:
-        return f"{data_dir / 'dali'}: the index files list {total} samples, the manifest says {count}"
-    return None
-
-
-def _dali_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None, int]:
-    """(problem, samples): every component of every line must be an expected extension of the expected size,
-    inside the tar; DALI follows these offsets without checking them against the tar's own headers."""
-    try:
-        lines = index.read_text(encoding="ascii").splitlines()
-        version, n = lines[0].split()
-        if version != "v1.2" or int(n) != len(lines) - 1:
-            return f"header {lines[0]!r} does not match its {len(lines) - 1} sample lines", 0
-        end = 0  # tar members follow each other, each after its 512-byte header, on 512-byte boundaries
-        for number, line in enumerate(lines[1:], start=2):
-            parts = line.split()
-            if len(parts) != 4 * len(expected):
-                return f"line {number}: {len(parts) // 4} components, expected {len(expected)}", 0
-            for ext, offset, size in zip(parts[0::4], parts[1::4], parts[2::4]):
-                start, length = int(offset), int(size)
-                if expected.get(ext) != length or start % 512 or start < end + 512 or start + length > tar_size:
-                    return f"line {number}: component {ext} {offset} {size} does not fit the shard", 0
-                end = start + length
-        return None, int(n)
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        return f"not a DALI index ({type(e).__name__}: {e})", 0
+    return check_shards(data_dir, manifest)
 
 
 def _files(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
