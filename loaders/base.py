@@ -2,24 +2,25 @@
 
 Backends differ in how uint8 pixels (or float32 clips) reach `device`. Unshuffled and unflipped, every backend yields
 the same samples in the same order with the same values (the conformance suite checks it pixel by pixel): the
-arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last), `log_mel` (the
-audio features, computed on `device`) and `finish_latents` (a view and a draw from the stored latent moments, times
-the autoencoder's scaling factor); DALI's fused crop_mirror_normalize computes the same. Shuffled, each backend
-draws its own order and flips from the seed (every sample once per epoch, about half flipped), so two backends
-train on equally distributed but not identical batch sequences."""
+arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last), `finish_audio`
+(dataprep.features.train_log_mel, computed on `device`) and `finish_latents` (a view and a draw from the stored
+latent moments, scaled by dataprep.latents.vae.scale_latents); DALI's fused crop_mirror_normalize computes the same.
+Shuffled, each backend draws its own order and flips from the seed (every sample once per epoch, about half flipped),
+so two backends train on equally distributed but not identical batch sequences."""
 
 from __future__ import annotations
 
 import math
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from dataprep.features import train_log_mel
+from dataprep.latents.vae import scale_latents
 
 
 @dataclass
@@ -142,46 +143,9 @@ def finish_latents(x: torch.Tensor, dtype: torch.dtype, latent: dict, flip: torc
     if noise is not None:
         eps = torch.randn(z.shape, device=z.device, generator=noise)
         z = z + view[:, 1].float() * eps
-    z = (z - latent["shift_factor"]) * latent["scaling_factor"]
+    z = scale_latents(z, latent["shift_factor"], latent["scaling_factor"])
     z = z.to(dtype)
     return z.contiguous(memory_format=torch.channels_last) if z.is_cuda else z.contiguous()
-
-
-def leave_stop_signals_to_the_parent(_worker_id: int) -> None:
-    """DataLoader `worker_init_fn`. A terminal's Ctrl-C and a scheduler's SIGTERM reach the whole process group; the
-    training process turns them into a checkpoint and a clean exit between steps, but a worker killed by one makes the
-    next fetch fail first. In a process group of its own a worker hears only its parent: the loader's shutdown, and
-    PyTorch's check that the parent is alive."""
-    os.setpgrp()
-
-
-def worker_failure(error: BaseException, backend: str, data_dir: Path) -> str | None:
-    """The one-line message for a DataLoader worker's failure, or None when `error` is not one. PyTorch reports a
-    worker's exception as a new exception carrying the worker's whole traceback as text, and a dead worker (killed, out
-    of memory, crashed in a library) as a RuntimeError naming its pid; neither says which loader or data it was."""
-    text = str(error)
-    if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):
-        return (f"the {backend} loader's worker process died ({text.strip()}); its batches are lost, so the run stops: "
-                "look for the kernel's out-of-memory killer (dmesg) and continue with --resume")  # fmt: skip
-    if "Original Traceback" in text:
-        last = text.strip().splitlines()[-1]
-        kind, _, message = last.partition(": ")
-        return f"the {backend} loader failed reading {data_dir}: {message if ' ' not in kind else last}"
-    return None
-
-
-@contextmanager
-def worker_errors(backend: str, data_dir: Path) -> Iterator[None]:
-    """Turn a DataLoader worker's failure into one LoaderError naming the loader and the data."""
-    try:
-        yield
-    except Exception as e:
-        message = worker_failure(e, backend, data_dir)
-        if message is None:
-            raise
-        from .errors import LoaderError
-
-        raise LoaderError(message) from None
 
 
 def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None) -> torch.Tensor:
@@ -193,41 +157,8 @@ def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None
     return x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x.contiguous()
 
 
-# The mel features: 64 mel bands x one frame per hop of 256 samples: 64 frames from a 1.024 s clip at 16 kHz
-N_FFT, HOP, N_MELS = 1024, 256, 64
-DB_FLOOR, DB_RANGE = -80.0, 80.0  # log-power in dB mapped linearly from [-80, 0] to [-1, 1]
-_FILTERS: dict[tuple, torch.Tensor] = {}
-
-
-def mel_filters(sample_rate: int, device: torch.device) -> torch.Tensor:
-    """(n_fft//2+1, n_mels) triangular HTK mel filterbank (torchaudio is not a dependency, so it is written out)."""
-    key = (sample_rate, str(device))
-    if key not in _FILTERS:
-        hz_to_mel = lambda f: 2595.0 * math.log10(1.0 + f / 700.0)  # noqa: E731
-        mels = torch.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), N_MELS + 2, dtype=torch.float64)
-        hz = 700.0 * (10 ** (mels / 2595.0) - 1.0)
-        freqs = torch.linspace(0, sample_rate / 2, N_FFT // 2 + 1, dtype=torch.float64)
-        lo, mid, hi = hz[:-2, None], hz[1:-1, None], hz[2:, None]
-        up, down = (freqs - lo) / (mid - lo), (hi - freqs) / (hi - mid)
-        _FILTERS[key] = torch.clamp(torch.minimum(up, down), min=0).T.to(torch.float32).to(device)
-    return _FILTERS[key]
-
-
-def log_mel(wave: torch.Tensor, sample_rate: int) -> torch.Tensor:
-    """(..., T) float32 on any device -> (..., N_MELS, T // HOP) log-mel scaled to about [-1, 1]."""
-    shape = wave.shape[:-1]
-    window = torch.hann_window(N_FFT, device=wave.device)
-    spec = torch.stft(wave.reshape(-1, wave.shape[-1]).float(), N_FFT, HOP, window=window, return_complex=True)
-    power = spec.abs().pow(2)  # (B, freq, frames)
-    mel = torch.matmul(power.transpose(1, 2), mel_filters(sample_rate, wave.device)).transpose(1, 2)
-    db = 10.0 * torch.log10(mel.clamp_min(1e-10))
-    frames = wave.shape[-1] // HOP  # stft's centred padding adds one frame past the clip's end
-    scaled = ((db - DB_FLOOR) / DB_RANGE * 2.0 - 1.0).clamp(-1.0, 1.0)[..., :frames]
-    return scaled.reshape(*shape, N_MELS, scaled.shape[-1])
-
-
 def finish_audio(x: torch.Tensor, dtype: torch.dtype, representation: str, sample_rate: int) -> torch.Tensor:
     """(N, T) or (N, C, T) float32 on device -> (N, C, n_mels, frames) or the wave (N, C, T)."""
     if x.dim() == 2:
         x = x[:, None]
-    return (log_mel(x, sample_rate) if representation == "mel" else x).to(dtype)
+    return (train_log_mel(x, sample_rate) if representation == "mel" else x).to(dtype)

@@ -37,7 +37,7 @@ class DaliLoader(Loader):
     def _pipeline(self, device_id: int | None):
         from nvidia.dali import fn, pipeline_def, types
 
-        from dataprep.formats.dali import data_ext, shard_paths
+        from dataprep.formats.dali import LABEL_EXT, data_ext, shard_paths
 
         o, m = self.opts, self.manifest
         paths, index_paths = shard_paths(self.data_dir)
@@ -48,7 +48,7 @@ class DaliLoader(Loader):
                       prefetch_queue_depth=max(1, o.prefetch))  # fmt: skip
         def pipe():
             data, label = fn.readers.webdataset(
-                paths=paths, index_paths=index_paths, ext=[data_ext(self.kind), "cls"],
+                paths=paths, index_paths=index_paths, ext=[data_ext(self.kind), LABEL_EXT],
                 dtypes=[dtype, types.INT64], random_shuffle=o.shuffle,
                 initial_fill=INITIAL_FILL, shard_id=o.rank, num_shards=o.world_size, name="reader",
                 pad_last_batch=True,  # no sample of the next epoch leaks into the last batch of this one

@@ -54,14 +54,15 @@ class FfcvLoader(Loader):
         from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
         from ffcv.transforms import Squeeze, ToDevice, ToTensor
 
+        from dataprep.formats.ffcv import field_names
+
         device = torch.device(self.opts.device)
         to_dev = [ToDevice(device, non_blocking=True)] if device.type == "cuda" else []
         label = [IntDecoder(), ToTensor(), Squeeze(), *to_dev]
-        if self.kind == "image":
-            return {"image": [SimpleRGBImageDecoder(), ToTensor(), *to_dev], "label": label}
-        if self.kind == "latent":  # int16 bit patterns of float16 (dataprep.formats.ffcv.stored_dtype)
-            return {"latent": [NDArrayDecoder(), ToTensor(), *to_dev], "label": label}
-        return {"audio": [NDArrayDecoder(), ToTensor(), *to_dev], "label": label, "length": None}
+        # latents: int16 bit patterns of float16 (dataprep.formats.ffcv.stored_dtype)
+        data = SimpleRGBImageDecoder() if self.kind == "image" else NDArrayDecoder()
+        sample, labels, *rest = field_names(self.kind)  # audio's `length` is not read
+        return {sample: [data, ToTensor(), *to_dev], labels: label, **dict.fromkeys(rest)}
 
     def __iter__(self) -> Iterator[Batch]:
         from ffcv.loader import Loader as FfLoader

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
+from .base import Batch, Loader, shard_indices
+from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -33,12 +34,12 @@ class BatchReader(torch.utils.data.Dataset):
             raise DamagedDataError(f"{self.path}: {problem}; {fix(Path(self.path).parent)}") from None
 
     def _read(self, indices: list[int]):
-        import h5py
+        from dataprep.formats.hdf5 import open_samples
 
         if self._file is None or self._pid != os.getpid():
             # 64 MiB chunk cache: neighbours of a sample read now are often asked for later in the epoch
-            self._file, self._pid = h5py.File(self.path, "r", rdcc_nbytes=64 << 20), os.getpid()
-            self._x, self._y = self._file["x"], self._file["y"][:]  # labels are tiny: keep them in memory
+            self._file, self._x, self._y = open_samples(Path(self.path), cache_bytes=64 << 20)
+            self._pid = os.getpid()
         x = np.empty((len(indices), *self._x.shape[1:]), self._x.dtype)
         for k, i in enumerate(indices):
             x[k] = self._x[i]

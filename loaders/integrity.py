@@ -12,7 +12,6 @@ Measured costs are in docs/RELIABILITY.md."""
 
 from __future__ import annotations
 
-import csv
 import importlib
 import os
 from pathlib import Path
@@ -21,11 +20,9 @@ from stat import S_ISLNK, S_ISREG
 import numpy as np
 
 from dataprep.fields import changed_fields
-from dataprep.paths import NotRegularError, OutsideError, all_inside, inside, require_regular
+from dataprep.paths import NotRegularError, all_inside, inside
 
 from .errors import LoaderError
-
-RAW = 1  # FFCV's IMAGE_MODES["raw"]: dataprep writes decoded pixels, never JPEG
 
 
 class DamagedDataError(LoaderError):
@@ -76,146 +73,30 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
 
 
 def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    import h5py
+    from dataprep.formats.hdf5 import check_layout
 
-    from dataprep.formats.hdf5 import data_file
-
-    path = data_file(data_dir)
-    require_regular(path)  # listed files were checked above; an unlisted one must not block HDF5's open either
-    want = {"x": ((count, *shape), np.dtype(manifest["dtype"])), "y": ((count,), np.dtype("int64"))}
-    if manifest["kind"] == "audio":
-        want["length"] = ((count,), np.dtype("int64"))
-    try:
-        with h5py.File(path, "r") as f:
-            for name, (dims, dtype) in want.items():
-                if name not in f:
-                    return f"{path}: no dataset {name!r}"
-                if f[name].shape != dims or f[name].dtype != dtype:
-                    return f"{path}: dataset {name!r} is {f[name].shape} {f[name].dtype}, expected {dims} {dtype}"
-    except Exception as e:  # h5py raises OSError, KeyError or RuntimeError for a damaged superblock or object header
-        return f"{path}: not a readable HDF5 file ({type(e).__name__}: {e})"
-    return None
+    return check_layout(data_dir, manifest)
 
 
 def _ffcv(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.ffcv import data_file, field_names
+    from dataprep.formats.ffcv_tables import check_tables
 
-    # outside the try: a missing extra is build_loader's to name, not damage; through the backend, which keeps
+    # outside the check: a missing extra is build_loader's to name, not damage; through the backend, which keeps
     # torch's thread count as FFCV is imported (by name: `from . import` would take a stale package attribute)
     importlib.import_module("loaders.ffcv_backend")
-
-    path = data_file(data_dir)
-    require_regular(path)
-    try:
-        problem = _ffcv_tables(path, manifest, count, shape, field_names(manifest["kind"]))
-    except Exception as e:  # garbage in the field table makes FFCV's own parsing fail in many ways
-        problem = f"unreadable header or tables ({type(e).__name__}: {e})"
-    return problem and f"{path}: {problem}"
-
-
-def _ffcv_tables(path: Path, manifest: dict, count: int, shape: tuple, names: tuple) -> str | None:
-    """FFCV's Reader parses header, fields, metadata and allocation table (what its Loader does anyway); every
-    pointer a decoder will follow must then land inside the data region, or FFCV reads out of bounds."""
-    from ffcv.reader import Reader
-    from ffcv.types import ALLOC_TABLE_TYPE, CURRENT_VERSION, HeaderType
-
-    size = path.stat().st_size
-    header = np.fromfile(path, dtype=HeaderType, count=1)[0]
-    table_at = int(header["alloc_table_ptr"])
-    if header["version"] != CURRENT_VERSION or header["num_samples"] != count or header["num_fields"] != len(names):
-        return (f"header says version {header['version']}, {header['num_samples']} samples, {header['num_fields']} "
-                f"fields; expected version {CURRENT_VERSION}, {count} samples, {len(names)} fields")  # fmt: skip
-    if not (HeaderType.itemsize < table_at <= size - ALLOC_TABLE_TYPE.itemsize):
-        return f"allocation table offset {table_at} outside the file ({size} bytes)"
-    if (size - table_at) % ALLOC_TABLE_TYPE.itemsize:
-        return "allocation table does not end at the end of the file"
-    r = Reader(str(path))
-    if tuple(r.field_names) != names:
-        return f"fields {r.field_names}, expected {list(names)}"
-    table = r.alloc_table
-    if (table["sample_id"] >= count).any() or (table["ptr"] + table["size"] > table_at).any():
-        return "allocation table points outside the data region"
-    meta, starts = r.metadata, np.sort(table["ptr"])
-    data = meta[meta.dtype.names[0]]
-    if manifest["kind"] == "image":
-        h, w = shape[:2]
-        if (data["mode"] != RAW).any() or (data["height"] != h).any() or (data["width"] != w).any():
-            return f"image metadata differs from the manifest's {h}x{w} raw pixels"
-        ptrs, nbytes = data["data_ptr"], h * w * 3
-    else:
-        ptrs, nbytes = data, int(np.prod(shape)) * np.dtype(manifest["dtype"]).itemsize
-    if (ptrs + nbytes > table_at).any() or not np.isin(ptrs, starts).all():
-        return "sample pointers outside the allocated data"
-    labels = meta[meta.dtype.names[1]]
-    if ((labels < 0) | (labels >= len(manifest["classes"]))).any():
-        return f"labels outside 0..{len(manifest['classes']) - 1}"
-    return None
+    return check_tables(data_dir, manifest)
 
 
 def _dali(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.dali import data_ext, shard_paths
+    from dataprep.formats.dali import check_shards
 
-    record = int(np.prod(shape)) * np.dtype(manifest["dtype"]).itemsize
-    expected = {data_ext(manifest["kind"]): record, "cls": 8}
-    if manifest["kind"] == "audio":
-        expected["len"] = 8
-    tars, indexes = shard_paths(data_dir)
-    total = 0
-    for tar, index in zip(tars, indexes):
-        require_regular(tar)
-        require_regular(index)
-        problem, n = _dali_index(Path(index), os.stat(tar).st_size, expected)
-        if problem:
-            return f"{index}: {problem}"
-        total += n
-    if total != count:
-        return f"{data_dir / 'dali'}: the index files list {total} samples, the manifest says {count}"
-    return None
-
-
-def _dali_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None, int]:
-    """(problem, samples): every component of every line must be an expected extension of the expected size,
-    inside the tar; DALI follows these offsets without checking them against the tar's own headers."""
-    try:
-        lines = index.read_text(encoding="ascii").splitlines()
-        version, n = lines[0].split()
-        if version != "v1.2" or int(n) != len(lines) - 1:
-            return f"header {lines[0]!r} does not match its {len(lines) - 1} sample lines", 0
-        end = 0  # tar members follow each other, each after its 512-byte header, on 512-byte boundaries
-        for number, line in enumerate(lines[1:], start=2):
-            parts = line.split()
-            if len(parts) != 4 * len(expected):
-                return f"line {number}: {len(parts) // 4} components, expected {len(expected)}", 0
-            for ext, offset, size in zip(parts[0::4], parts[1::4], parts[2::4]):
-                start, length = int(offset), int(size)
-                if expected.get(ext) != length or start % 512 or start < end + 512 or start + length > tar_size:
-                    return f"line {number}: component {ext} {offset} {size} does not fit the shard", 0
-                end = start + length
-        return None, int(n)
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        return f"not a DALI index ({type(e).__name__}: {e})", 0
+    return check_shards(data_dir, manifest)
 
 
 def _files(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:
-    from dataprep.formats.files import DIRNAME, read_index
+    from dataprep.formats.files import check_index
 
-    index = data_dir / DIRNAME / "index.csv"
-    try:
-        rows = read_index(data_dir, checked=sizes)  # a row naming a listed file is as inside as the file
-        labels = [int(r[1]) for r in rows]
-    except OutsideError:
-        raise
-    except (OSError, ValueError, IndexError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
-        return f"{index}: unreadable ({type(e).__name__}: {e})"
-    if len(rows) != count:
-        return f"{index}: {len(rows)} rows, the manifest says {count}"
-    listed = set(sizes)
-    bad = next((r[0] for r in rows if f"{DIRNAME}/{r[0]}" not in listed), None)
-    if bad is not None:
-        return f"{index}: row {bad!r} is not a file the manifest lists"
-    if labels and not 0 <= min(labels) <= max(labels) < len(manifest["classes"]):
-        return f"{index}: labels outside 0..{len(manifest['classes']) - 1}"
-    return None
+    return check_index(data_dir, manifest, sizes)
 
 
 def _stream(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:

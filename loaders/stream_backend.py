@@ -29,9 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.formats.stream import DIRNAME, INDEX, unpack
 from dataprep.text import printable
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, worker_errors
+from .base import Batch, Loader
+from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
@@ -120,10 +122,8 @@ def _expected_hashes(folder: Path) -> dict:
 
 def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths)."""
-    x = torch.from_numpy(np.frombuffer(b"".join(it["x"] for it in items), np.uint8).reshape(len(items), -1).copy())
-    y = torch.tensor([it["y"] for it in items], dtype=torch.int64)
-    length = torch.tensor([it["length"] for it in items], dtype=torch.int64) if "length" in items[0] else None
-    return x, y, length
+    x, y, length = unpack(items)
+    return torch.from_numpy(x.copy()), torch.from_numpy(y), None if length is None else torch.from_numpy(length)
 
 
 plain_http_through_boto3()
@@ -156,7 +156,7 @@ class StreamLoader(Loader):
         files = self.manifest["formats"]["stream"].get("files", [])
         (self.cache / HASHES).write_text(json.dumps({Path(f["path"]).name: f["sha256"] for f in files}))
         register_downloader("s3://", checking_downloader(), overwrite=True)
-        source = f"{self.location.rstrip('/')}/stream" if self.remote else str(self.data_dir / "stream")
+        source = f"{self.location.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         dataset = self._guarded(StreamingDataset,
             source, cache_dir=str(self.cache), shuffle=o.shuffle, drop_last=o.drop_last, seed=o.seed,
@@ -183,9 +183,9 @@ class StreamLoader(Loader):
             return fn(*args, **kwargs)
         except Exception as e:
             if self.remote and from_s3_client(e):
-                raise LoaderError(str(explain(e, S3Url.parse(self.location), "stream/index.json"))) from None
+                raise LoaderError(str(explain(e, S3Url.parse(self.location), f"{DIRNAME}/{INDEX}"))) from None
             if isinstance(e, (KeyError, ValueError, TypeError, IndexError)):
-                index = f"{self.location.rstrip('/')}/stream/index.json"
+                index = f"{self.location.rstrip('/')}/{DIRNAME}/{INDEX}"
                 why = f"{type(e).__name__}: {printable(str(e))}"
                 raise LoaderError(
                     f"{index}: damaged ({why}); `dataprep verify {self.location}` checks every file"

@@ -16,7 +16,8 @@ import torch
 from dataprep.finite import first_non_finite
 from dataprep.formats.files import check_sample
 
-from .base import Batch, Loader, leave_stop_signals_to_the_parent, shard_indices, worker_errors
+from .base import Batch, Loader, shard_indices
+from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 
 class FilesDataset(torch.utils.data.Dataset):

@@ -1,4 +1,4 @@
-"""AudioLDM's log-mel features (dataprep/latents/mel.py): the Slaney filterbank checked against an independent
+"""AudioLDM's log-mel features (dataprep/features.py): the Slaney filterbank checked against an independent
 definition of the mel scale, and the spectrogram's framing, floor, padding and shapes checked on real signals."""
 
 from __future__ import annotations
@@ -8,13 +8,21 @@ import math
 import pytest
 import torch
 
-from dataprep.latents.mel import HOP, N_FFT, N_MELS, SAMPLE_RATE, audioldm_mel, frames_for, slaney_mel_filters
+from dataprep.features import (
+    AUDIOLDM_HOP,
+    AUDIOLDM_N_FFT,
+    AUDIOLDM_N_MELS,
+    AUDIOLDM_SAMPLE_RATE,
+    audioldm_frames,
+    audioldm_mel,
+    slaney_mel_filters,
+)
 
-BIN_HZ = SAMPLE_RATE / N_FFT  # 15.625 Hz between rfft bins
-FREQS = [k * BIN_HZ for k in range(N_FFT // 2 + 1)]
+BIN_HZ = AUDIOLDM_SAMPLE_RATE / AUDIOLDM_N_FFT  # 15.625 Hz between rfft bins
+FREQS = [k * BIN_HZ for k in range(AUDIOLDM_N_FFT // 2 + 1)]
 
 
-def slaney_edges(n_mels: int = N_MELS, fmin: float = 0.0, fmax: float = 8000.0) -> list[float]:
+def slaney_edges(n_mels: int = AUDIOLDM_N_MELS, fmin: float = 0.0, fmax: float = 8000.0) -> list[float]:
     """n_mels + 2 band edges in Hz, equally spaced on Slaney's mel scale (Auditory Toolbox, librosa's default)."""
     step = math.log(6.4) / 27  # 27 mels per factor 6.4 above 1 kHz; 200/3 Hz per mel below
 
@@ -29,7 +37,7 @@ def slaney_edges(n_mels: int = N_MELS, fmin: float = 0.0, fmax: float = 8000.0) 
 
 
 def sine(freq: float, seconds: float = 1.0, amplitude: float = 0.5) -> torch.Tensor:
-    t = torch.arange(int(seconds * SAMPLE_RATE), dtype=torch.float64) / SAMPLE_RATE
+    t = torch.arange(int(seconds * AUDIOLDM_SAMPLE_RATE), dtype=torch.float64) / AUDIOLDM_SAMPLE_RATE
     return (amplitude * torch.sin(2 * math.pi * freq * t)).float()
 
 
@@ -47,7 +55,7 @@ def test_filterbank_shape():
 def test_each_band_peaks_at_its_slaney_centre():
     """Band m is nonzero only strictly between edges m and m+2, and peaks within one FFT bin of edge m+1."""
     fb, edges = slaney_mel_filters(), slaney_edges()
-    for m in range(N_MELS):
+    for m in range(AUDIOLDM_N_MELS):
         row = fb[m]
         peak = FREQS[int(row.argmax())]
         assert abs(peak - edges[m + 1]) < BIN_HZ, (m, peak, edges[m + 1])
@@ -59,12 +67,12 @@ def test_slaney_area_normalisation():
     """Each band is its triangle times 2 / (f[m+2] - f[m]): so scaled back, neighbouring triangles sum to exactly 1
     between the first and the last centre, and the wide bands integrate to 1 over Hz."""
     fb, edges = slaney_mel_filters().double(), slaney_edges()
-    widths = torch.tensor([edges[m + 2] - edges[m] for m in range(N_MELS)], dtype=torch.float64)
+    widths = torch.tensor([edges[m + 2] - edges[m] for m in range(AUDIOLDM_N_MELS)], dtype=torch.float64)
     triangles = fb * (widths / 2)[:, None]
     assert triangles.max() <= 1 + 1e-6
     inside = [k for k, f in enumerate(FREQS) if edges[1] <= f <= edges[-2]]
     assert torch.allclose(triangles[:, inside].sum(dim=0), torch.ones(len(inside), dtype=torch.float64), atol=1e-6)
-    for m in range(N_MELS):
+    for m in range(AUDIOLDM_N_MELS):
         if widths[m] > 40 * BIN_HZ:  # sampled finely enough for a Riemann sum to be the integral within 0.1%
             assert float(fb[m].sum() * BIN_HZ) == pytest.approx(1.0, rel=1e-3), m
 
@@ -92,7 +100,7 @@ def test_sine_lands_in_the_nearest_band(band, offset):
 
 def test_ten_seconds_gives_1024_frames():
     """10.24 s at 16 kHz (163,840 samples) gives exactly 1,024 frames of 64 bands, AudioLDM's input size."""
-    assert frames_for(163_840) == 1024 and frames_for(16_000) == 100 and frames_for(16_159) == 100
+    assert audioldm_frames(163_840) == 1024 and audioldm_frames(16_000) == 100 and audioldm_frames(16_159) == 100
     mel = audioldm_mel(noise(163_840))
     assert mel.shape == (1024, 64) and mel.dtype == torch.float32 and torch.isfinite(mel).all()
 
@@ -161,7 +169,7 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="432 samples"):
         audioldm_mel(torch.zeros(432))
     with pytest.raises(ValueError, match="432 samples"):
-        frames_for(400)
+        audioldm_frames(400)
     with pytest.raises(ValueError, match="frames must be at least 1"):
         audioldm_mel(torch.zeros(16_000), frames=0)
-    assert audioldm_mel(torch.zeros(433)).shape == (433 // HOP, 64)
+    assert audioldm_mel(torch.zeros(433)).shape == (433 // AUDIOLDM_HOP, 64)

@@ -262,10 +262,10 @@ def test_device_without_vae_is_refused(tmp_path):
 
 def test_audio_latents_of_the_audioldm_mel(audio_vae, tmp_path):
     """Clips through an AudioLDM-shaped autoencoder: one view of (8, frames/4, 64/4), equal to diffusers' encoding of
-    dataprep.latents.mel.audioldm_mel of the same clips; a clip length whose frames do not divide by 4 is refused."""
+    dataprep.features.audioldm_mel of the same clips; a clip length whose frames do not divide by 4 is refused."""
     from diffusers import AutoencoderKL
 
-    from dataprep.latents.mel import audioldm_mel
+    from dataprep.features import audioldm_mel
 
     common = ["--source", "synthetic-audio", "--limit", "8", "--sample-rate", "16000", "--format", "hdf5"]
     r = convert_cli(*common, "--clip-seconds", "0.64", "--output", str(tmp_path / "lat"), "--vae", str(audio_vae))

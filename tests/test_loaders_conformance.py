@@ -16,10 +16,10 @@ import torch
 from latent_helpers import delivered, read_stored
 
 from dataprep.convert import ConvertConfig, convert
+from dataprep.features import train_log_mel
 from dataprep.formats.hdf5 import read_chunks
 from dataprep.manifest import load_manifest
 from loaders import BACKENDS, LoaderError, build_loader
-from loaders.base import log_mel
 
 ALL = list(BACKENDS)
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -135,7 +135,7 @@ def test_audio_wave_and_mel(clips, backend, device):
     with build_loader(backend, clips, **kw) as loader:
         mel, _, _ = epoch(loader)
     assert mel.shape == (N_CLIPS, 1, 64, 64) and mel.device.type == device
-    reference = log_mel(torch.from_numpy(gx)[:, None].to(device), 16000)  # the shared definition, on the device
+    reference = train_log_mel(torch.from_numpy(gx)[:, None].to(device), 16000)  # the shared definition, on the device
     assert torch.allclose(mel, reference, atol=MEL_ATOL[device], rtol=0)
     assert mel.min() >= -1 and mel.max() <= 1 and mel.std() > 0.1
 
@@ -324,6 +324,6 @@ def test_mel_frames_follow_the_clip_length():
     """One frame per hop of 256 samples: 1.024 s at 16 kHz gives 64 frames, 2.048 s gives 128 (the first 63 of them
     the same as the shorter clip's; the 64th sees audio past its end), not 64 of them with the rest dropped."""
     wave = torch.randn(2, 32768)
-    short, long = log_mel(wave[:, :16384], 16000), log_mel(wave, 16000)
+    short, long = train_log_mel(wave[:, :16384], 16000), train_log_mel(wave, 16000)
     assert short.shape == (2, 64, 64) and long.shape == (2, 64, 128)
     assert torch.allclose(long[..., :63], short[..., :63], atol=1e-5)

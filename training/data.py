@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
+from dataprep.features import TRAIN_HOP as HOP
+from dataprep.features import TRAIN_N_MELS as N_MELS
 from dataprep.paths import OutsideError, inside
-from loaders.base import HOP, N_MELS
 
 from .config import TrainConfig
 from .ddp import Dist

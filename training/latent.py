@@ -2,7 +2,7 @@
 `dataprep convert --vae` replaces), and previews turn sampled latents back into images through the decoder.
 
 The online encoding draws z = mean + std * noise from the latent distribution and scales it as the cached latents
-are scaled (loaders.base.finish_latents), so both paths train the same model on the same kind of input."""
+are scaled (dataprep.latents.vae.scale_latents), so both paths train the same model on the same kind of input."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 import torch
 
 from dataprep.latents import VaeError, check_vae_identity, load_vae
+from dataprep.latents.vae import scale_latents
 
 from .data import DataError, DataSpec
 
@@ -29,20 +30,20 @@ class OnlineEncoder:
         self._moments = torch.compile(self.vae.moments, dynamic=False) if compile else self.vae.moments
 
     def _input(self, spec: DataSpec) -> tuple[int, int, int]:
-        from dataprep.latents.mel import mel_input
+        from dataprep.features import audioldm_input
 
         audio = spec.manifest["audio"]
-        return mel_input(audio["sample_rate"], audio.get("channels", 1), spec.manifest["sample_shape"][-1])[0]
+        return audioldm_input(audio["sample_rate"], audio.get("channels", 1), spec.manifest["sample_shape"][-1])[0]
 
     @torch.no_grad()
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.audio:
-            from dataprep.latents.mel import audioldm_mel
+            from dataprep.features import audioldm_mel
 
             x = audioldm_mel(x[:, 0].float())[:, None]
         mean, std = self._moments(x)
         z = mean.float() + std.float() * torch.randn(mean.shape, device=mean.device)
-        z = (z - self.vae.shift_factor) * self.vae.scaling_factor
+        z = scale_latents(z, self.vae.shift_factor, self.vae.scaling_factor)
         return z.contiguous(memory_format=torch.channels_last) if z.is_cuda else z
 
 

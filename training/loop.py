@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from loaders.base import worker_errors
+from loaders.workers import worker_errors
 
 from . import cadence, ddp
 from .config import TrainConfig

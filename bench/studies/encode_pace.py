@@ -43,12 +43,12 @@ def _rate(fn, clips: int, repeats: int) -> float:
 def measure(
     vae_dir: str, clip_seconds: float, batch: int, chunk: int, repeats: int, profile: Path | None, device: str = "cuda"
 ) -> dict:
+    from dataprep.features import AUDIOLDM_SAMPLE_RATE, audioldm_mel
     from dataprep.latents import load_vae
     from dataprep.latents.encode import LatentEncoder
-    from dataprep.latents.mel import SAMPLE_RATE, audioldm_mel
     from dataprep.sources.base import AudioSpec, Chunk
 
-    spec = AudioSpec(sample_rate=SAMPLE_RATE, clip_seconds=clip_seconds, channels=1)
+    spec = AudioSpec(sample_rate=AUDIOLDM_SAMPLE_RATE, clip_seconds=clip_seconds, channels=1)
     rng = np.random.default_rng(0)
     waves = (0.1 * rng.standard_normal((chunk, spec.num_samples))).astype(np.float32)
     chunks = [Chunk(waves, np.zeros(chunk, np.int64)) for _ in range(repeats)]

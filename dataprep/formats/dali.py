@@ -20,6 +20,7 @@ fn.readers.file + fn.decoders.image 18k/s (a decode per sample). Raw shards are 
 
 from __future__ import annotations
 
+import os
 import tarfile
 from collections.abc import Iterator
 from functools import partial
@@ -27,11 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import all_inside, inside, open_regular
+from ..paths import all_inside, inside, open_regular, require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 DIRNAME = "dali"
+INDEX_VERSION = "v1.2"  # wds2idx's format, the one DALI's reader takes
+LABEL_EXT, LENGTH_EXT = "cls", "len"  # the label's and (audio) the valid length's member extension
 SHARD_SAMPLES = 8192  # ~25 MB of CIFAR per shard: few files to open, enough shards to spread over ranks
 
 
@@ -50,10 +53,10 @@ def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list
         key = f"{start + k:08d}"
         parts = [
             (f"{key}.{ext}", np.ascontiguousarray(chunk.x[k]).tobytes()),
-            (f"{key}.cls", np.int64(chunk.y[k]).tobytes()),
+            (f"{key}.{LABEL_EXT}", np.int64(chunk.y[k]).tobytes()),
         ]
         if chunk.length is not None:
-            parts.append((f"{key}.len", np.int64(chunk.length[k]).tobytes()))
+            parts.append((f"{key}.{LENGTH_EXT}", np.int64(chunk.length[k]).tobytes()))
         record, entries = bytearray(), []
         for name, data in parts:
             info = tarfile.TarInfo(name)
@@ -87,7 +90,7 @@ class DaliWriter(FormatWriter):
             end = self.offset + 2 * tarfile.BLOCKSIZE
             self.tar.write(bytes(2 * tarfile.BLOCKSIZE + (-end % tarfile.RECORDSIZE)))
             self.tar.close()
-            text = f"v1.2 {len(self.index)}\n" + "".join(line + "\n" for line in self.index)
+            text = f"{INDEX_VERSION} {len(self.index)}\n" + "".join(line + "\n" for line in self.index)
             self.shards[-1].with_suffix(".idx").write_text(text)
             self.tar, self.index = None, []
 
@@ -138,9 +141,9 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                 kind = m.name.rsplit(".", 1)[1]
                 if kind == ext:
                     xs.append(np.frombuffer(data, meta.dtype).reshape(meta.sample_shape))
-                elif kind == "cls":
+                elif kind == LABEL_EXT:
                     ys.append(np.frombuffer(data, "<i8")[0])
-                elif kind == "len":
+                elif kind == LENGTH_EXT:
                     lens.append(np.frombuffer(data, "<i8")[0])
                 if (
                     len(ys) == chunk_size
@@ -155,3 +158,48 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
 
 def _chunk(xs, ys, lens) -> Chunk:
     return Chunk(np.stack(xs), np.asarray(ys, np.int64), np.asarray(lens, np.int64) if lens else None)
+
+
+def check_shards(data_dir: Path, manifest: dict) -> str | None:
+    """What is wrong with the shards' index files against the manifest and the tars' sizes (the file's path first),
+    or None: every component of every line an expected extension of the expected size, inside its tar."""
+    count, shape = int(manifest["count"]), tuple(int(s) for s in manifest["sample_shape"])
+    record = int(np.prod(shape)) * np.dtype(manifest["dtype"]).itemsize
+    expected = {data_ext(manifest["kind"]): record, LABEL_EXT: 8}
+    if manifest["kind"] == "audio":
+        expected[LENGTH_EXT] = 8
+    tars, indexes = shard_paths(data_dir)
+    total = 0
+    for tar, index in zip(tars, indexes):
+        require_regular(tar)
+        require_regular(index)
+        problem, n = _check_index(Path(index), os.stat(tar).st_size, expected)
+        if problem:
+            return f"{index}: {problem}"
+        total += n
+    if total != count:
+        return f"{Path(data_dir) / DIRNAME}: the index files list {total} samples, the manifest says {count}"
+    return None
+
+
+def _check_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None, int]:
+    """(problem, samples): every component of every line must be an expected extension of the expected size,
+    inside the tar; DALI follows these offsets without checking them against the tar's own headers."""
+    try:
+        lines = index.read_text(encoding="ascii").splitlines()
+        version, n = lines[0].split()
+        if version != INDEX_VERSION or int(n) != len(lines) - 1:
+            return f"header {lines[0]!r} does not match its {len(lines) - 1} sample lines", 0
+        end = 0  # tar members follow each other, each after its 512-byte header, on 512-byte boundaries
+        for number, line in enumerate(lines[1:], start=2):
+            parts = line.split()
+            if len(parts) != 4 * len(expected):
+                return f"line {number}: {len(parts) // 4} components, expected {len(expected)}", 0
+            for ext, offset, size in zip(parts[0::4], parts[1::4], parts[2::4]):
+                start, length = int(offset), int(size)
+                if expected.get(ext) != length or start % 512 or start < end + 512 or start + length > tar_size:
+                    return f"line {number}: component {ext} {offset} {size} does not fit the shard", 0
+                end = start + length
+        return None, int(n)
+    except (ValueError, IndexError, UnicodeDecodeError) as e:
+        return f"not a DALI index ({type(e).__name__}: {e})", 0

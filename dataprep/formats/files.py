@@ -12,11 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import all_inside, inside, open_regular
+from ..paths import OutsideError, all_inside, inside, open_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 DIRNAME = "files"
+INDEX = "index.csv"  # in DIRNAME: path (relative to DIRNAME), label and, for audio, length, one row per sample
 # One folder per encoding task of CIFAR-sized samples: processes creating files in one directory contend for it (its
 # lock), so on many cores the workers must each write a folder of their own; small folders also list fast.
 PER_FOLDER = 256
@@ -69,7 +70,7 @@ class FilesWriter(FormatWriter):
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
-        self._index = open(self.root / "index.csv", "w", newline="")
+        self._index = open(self.root / INDEX, "w", newline="")
         csv.writer(self._index).writerow(["path", "label"] + (["length"] if meta.kind == "audio" else []))
         self.count = 0
         self.described: list[dict] = []
@@ -85,7 +86,7 @@ class FilesWriter(FormatWriter):
 
     def finish(self) -> list[Path | dict]:
         self._index.close()
-        return [*self.described, Path(DIRNAME) / "index.csv"]  # sorted by path, as before
+        return [*self.described, Path(DIRNAME) / INDEX]  # sorted by path, as before
 
     def abort(self) -> None:
         self._index.close()
@@ -95,7 +96,7 @@ def read_index(data_dir: Path, checked: Container[str] = ()) -> list[list[str]]:
     """The rows after the header, every path in them known to stay inside `data_dir`. `checked`: manifest paths
     (`files/...`) the caller has already found inside (the loaders' open check, which has just checked the
     manifest's list): rows naming one of them need no second look, which spares the open a pass over 50,000 names."""
-    index = inside(data_dir, f"{DIRNAME}/index.csv", source=data_dir)
+    index = inside(data_dir, f"{DIRNAME}/{INDEX}", source=data_dir)
     with open_regular(index) as f:  # a FIFO in its place is refused, not waited on
         rows = list(csv.reader(io.TextIOWrapper(f, newline="")))[1:]
     unchecked = [r[0] for r in rows if r and f"{DIRNAME}/{r[0]}" not in checked]
@@ -144,3 +145,25 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
         y = np.array([int(r[1]) for r in part], np.int64)
         length = np.array([int(r[2]) for r in part], np.int64) if meta.kind == "audio" else None
         yield Chunk(x, y, length)
+
+
+def check_index(data_dir: Path, manifest: dict, sizes: Container[str]) -> str | None:
+    """What is wrong with the index against the manifest (its path first), or None: as many rows as samples, each
+    naming a file the manifest lists (`sizes`, whose files the caller has checked), labels among the classes."""
+    index = Path(data_dir) / DIRNAME / INDEX
+    try:
+        rows = read_index(data_dir, checked=sizes)  # a row naming a listed file is as inside as the file
+        labels = [int(r[1]) for r in rows]
+    except OutsideError:
+        raise
+    except (OSError, ValueError, IndexError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+        return f"{index}: unreadable ({type(e).__name__}: {e})"
+    count = int(manifest["count"])
+    if len(rows) != count:
+        return f"{index}: {len(rows)} rows, the manifest says {count}"
+    bad = next((r[0] for r in rows if f"{DIRNAME}/{r[0]}" not in sizes), None)
+    if bad is not None:
+        return f"{index}: row {bad!r} is not a file the manifest lists"
+    if labels and not 0 <= min(labels) <= max(labels) < len(manifest["classes"]):
+        return f"{index}: labels outside 0..{len(manifest['classes']) - 1}"
+    return None

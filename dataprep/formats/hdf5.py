@@ -1,5 +1,7 @@
 """HDF5 (`data.h5`): datasets `x` (N, *sample_shape) uint8|float32, `y` (N,) int64 and, for audio, `length` (N,)
-int64; attributes `classes`, `kind` and (audio) `sample_rate`. Uncompressed: the loaders read random samples every
+int64; attributes `classes`, `kind` and (audio) `sample_rate`. This module owns that layout: the writer, `read_chunks`,
+`open_samples` (what the loader reads) and `check_layout` (what the loader checks at open) all take it from here.
+Uncompressed: the loaders read random samples every
 step, and decompression would cost more CPU than the bytes it saves.
 
 Chunking, measured with `python -m bench.studies.format_choices` (bench/results/format_choices.json; 10,000 CIFAR-10
@@ -21,6 +23,7 @@ from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 FILENAME = "data.h5"
+X, Y, LENGTH = "x", "y", "length"  # the datasets: samples, labels, and (audio) each clip's length before padding
 # samples per HDF5 chunk: small chunks keep a random read from dragging in neighbours it does not need; see docstring
 CHUNK_SAMPLES = 16
 
@@ -34,12 +37,12 @@ class Hdf5Writer(FormatWriter):
         shape = tuple(meta.sample_shape)
         per_chunk = max(1, CHUNK_SAMPLES * 3072 // meta.record_bytes)  # ~48 KiB chunks whatever the sample size
         self.x = self.f.create_dataset(
-            "x", (0, *shape), maxshape=(None, *shape), dtype=meta.dtype, chunks=(per_chunk, *shape)
+            X, (0, *shape), maxshape=(None, *shape), dtype=meta.dtype, chunks=(per_chunk, *shape)
         )
-        self.y = self.f.create_dataset("y", (0,), maxshape=(None,), dtype="int64", chunks=(4096,))
+        self.y = self.f.create_dataset(Y, (0,), maxshape=(None,), dtype="int64", chunks=(4096,))
         self.length = None
         if meta.kind == "audio":
-            self.length = self.f.create_dataset("length", (0,), maxshape=(None,), dtype="int64", chunks=(4096,))
+            self.length = self.f.create_dataset(LENGTH, (0,), maxshape=(None,), dtype="int64", chunks=(4096,))
             self.f.attrs["sample_rate"] = meta.sample_rate
         self.f.attrs["kind"] = meta.kind
         self.f.attrs["classes"] = meta.classes
@@ -74,8 +77,45 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
     path = data_file(data_dir)
     require_regular(path)  # HDF5's own open would wait on a FIFO for ever
     with h5py.File(path, "r") as f:
-        n = f["y"].shape[0]
+        n = f[Y].shape[0]
         for start in range(0, n, chunk_size):
             end = min(n, start + chunk_size)
-            length = f["length"][start:end] if "length" in f else None
-            yield Chunk(f["x"][start:end], f["y"][start:end].astype(np.int64), length)
+            length = f[LENGTH][start:end] if LENGTH in f else None
+            yield Chunk(f[X][start:end], f[Y][start:end].astype(np.int64), length)
+
+
+def open_samples(path: Path, cache_bytes: int):
+    """(file, samples, labels) for random reads: the open h5py file, its sample dataset (read sample by sample) and
+    every label, in memory (they are tiny). `cache_bytes` is HDF5's chunk cache per open file."""
+    import h5py
+
+    f = h5py.File(path, "r", rdcc_nbytes=cache_bytes)
+    return f, f[X], f[Y][:]
+
+
+def expected_layout(manifest: dict) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """name -> (shape, dtype) of every dataset a file converted with this manifest holds."""
+    count, shape = int(manifest["count"]), tuple(int(s) for s in manifest["sample_shape"])
+    want = {X: ((count, *shape), np.dtype(manifest["dtype"])), Y: ((count,), np.dtype("int64"))}
+    if manifest["kind"] == "audio":
+        want[LENGTH] = ((count,), np.dtype("int64"))
+    return want
+
+
+def check_layout(data_dir: Path, manifest: dict) -> str | None:
+    """What is wrong with DIR/data.h5's datasets against the manifest (its path first), or None: names, shapes and
+    dtypes, read from the object headers alone (no sample data)."""
+    import h5py
+
+    path = data_file(data_dir)
+    require_regular(path)  # an unlisted file must not block HDF5's open either
+    try:
+        with h5py.File(path, "r") as f:
+            for name, (dims, dtype) in expected_layout(manifest).items():
+                if name not in f:
+                    return f"{path}: no dataset {name!r}"
+                if f[name].shape != dims or f[name].dtype != dtype:
+                    return f"{path}: dataset {name!r} is {f[name].shape} {f[name].dtype}, expected {dims} {dtype}"
+    except Exception as e:  # h5py raises OSError, KeyError or RuntimeError for a damaged superblock or object header
+        return f"{path}: not a readable HDF5 file ({type(e).__name__}: {e})"
+    return None

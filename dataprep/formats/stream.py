@@ -26,27 +26,36 @@ from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 DIRNAME = "stream"
+INDEX = "index.json"  # LitData's list of the shards, in DIRNAME
+X, Y, LENGTH, TEXT = "x", "y", "length", "txt"  # an item's keys: sample bytes, label, (audio) length, (captions) text
 # one object per ~16 MiB: a GET that long hides 50 ms of latency at 1 GB/s (16 ms of transfer would not), while a
 # 50,000-image CIFAR set still makes 9 shards to shuffle and to deal out to ranks
 SHARD_BYTES = 16 << 20
 
 
 def item(chunk: Chunk, k: int) -> dict:
-    out = {"x": np.ascontiguousarray(chunk.x[k]).tobytes(), "y": int(chunk.y[k])}
+    out = {X: np.ascontiguousarray(chunk.x[k]).tobytes(), Y: int(chunk.y[k])}
     if chunk.length is not None:
-        out["length"] = int(chunk.length[k])
+        out[LENGTH] = int(chunk.length[k])
     if chunk.text is not None:
-        out["txt"] = chunk.text[k]
+        out[TEXT] = chunk.text[k]
     return out
+
+
+def unpack(items: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """LitData's items -> (their sample bytes as one (n, bytes) uint8 array, labels int64, lengths int64 or None)."""
+    x = np.frombuffer(b"".join(it[X] for it in items), np.uint8).reshape(len(items), -1)
+    y = np.fromiter((it[Y] for it in items), np.int64, len(items))
+    length = np.fromiter((it[LENGTH] for it in items), np.int64, len(items)) if LENGTH in items[0] else None
+    return x, y, length
 
 
 def decode(items: list[dict], manifest: dict) -> Chunk:
     """LitData's items back to one Chunk: the stored bytes reshaped to the manifest's sample shape."""
     shape, dtype = tuple(manifest["sample_shape"]), np.dtype(manifest["dtype"]).newbyteorder("<")
-    x = np.frombuffer(b"".join(it["x"] for it in items), dtype).reshape(len(items), *shape)
-    y = np.fromiter((it["y"] for it in items), np.int64, len(items))
-    length = np.fromiter((it["length"] for it in items), np.int64, len(items)) if "length" in items[0] else None
-    text = [it["txt"] for it in items] if "txt" in items[0] else None
+    raw, y, length = unpack(items)
+    x = raw.view(dtype).reshape(len(items), *shape)
+    text = [it[TEXT] for it in items] if TEXT in items[0] else None
     return Chunk(x.astype(dtype.newbyteorder("=")), y, length, text=text)
 
 
@@ -83,7 +92,7 @@ def shard_folder(data_dir: Path) -> Path:
 def check_index(data_dir: Path, count: int) -> str | None:
     """What is wrong with a local stream/index.json for `count` samples, if anything (sizes and hashes of the chunk
     files are checked against the manifest elsewhere)."""
-    index = shard_folder(Path(data_dir)) / "index.json"
+    index = shard_folder(Path(data_dir)) / INDEX
     try:
         chunks = json.loads(index.read_text())["chunks"]
         total = sum(int(c["chunk_size"]) for c in chunks)

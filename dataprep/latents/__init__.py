@@ -2,8 +2,9 @@
 trains on what the autoencoder would have computed in every step, for the price of reading it.
 
 `vae.py` loads and identifies the autoencoder (the same code serves `train --vae`, which encodes in the loop),
-`encode.py` turns decoded chunks into stored latents (one or several GPUs), `mel.py` computes the log-mel spectrogram
-an AudioLDM-shaped autoencoder takes. What is stored and why is in docs/DESIGN.md ("Latents")."""
+`encode.py` turns decoded chunks into stored latents (one or several GPUs); the log-mel spectrogram an
+AudioLDM-shaped autoencoder takes is dataprep.features.audioldm_mel. What is stored and why is in docs/DESIGN.md
+("Latents")."""
 
 from __future__ import annotations
 

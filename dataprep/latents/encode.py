@@ -43,11 +43,11 @@ class LatentEncoder:
             height, width, channels = sample_shape
             self.input = {"kind": "image", "height": height, "width": width, "range": "[-1, 1]"}
         else:
-            from .mel import mel_input
+            from ..features import audioldm_input
 
             mono = len(sample_shape) == 1  # clips are (T,) mono, (C, T) otherwise
             args = audio.sample_rate, 1 if mono else sample_shape[0], sample_shape[-1]
-            (channels, height, width), self.input = mel_input(*args)
+            (channels, height, width), self.input = audioldm_input(*args)
         self.latent = vae.latent_shape(channels, height, width, f"the {kind} input ({channels}x{height}x{width})")
         self.sample_shape = (len(self.views), len(STORED), *self.latent)
         autocast = precision == "bf16" and self.device.type == "cuda"
@@ -101,7 +101,7 @@ class LatentEncoder:
         """A decoded piece as the autoencoder takes it: AudioLDM's mel of each clip, or the images scaled to [-1, 1]
         with their mirrors appended after them."""
         if self.kind == "audio":
-            from .mel import audioldm_mel
+            from ..features import audioldm_mel
 
             return audioldm_mel(t.float())[:, None]
         t = t.permute(0, 3, 1, 2).float().div_(127.5).sub_(1.0)

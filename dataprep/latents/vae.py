@@ -55,7 +55,19 @@ class Vae:
     @torch.no_grad()
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """Scaled latents (as the loaders deliver them) back to the autoencoder's input space."""
-        return self.model.decode(z / self.scaling_factor + self.shift_factor).sample
+        return self.model.decode(unscale_latents(z, self.shift_factor, self.scaling_factor)).sample
+
+
+def scale_latents(z: torch.Tensor, shift_factor: float, scaling_factor: float) -> torch.Tensor:
+    """The autoencoder's latents -> model input: (z - shift_factor) * scaling_factor, as diffusers' latent diffusion
+    scripts scale them (about unit variance). The cached latents (loaders) and the ones encoded in the training loop
+    (`train --vae`) both go through here, so both train on the same input."""
+    return (z - shift_factor) * scaling_factor
+
+
+def unscale_latents(z: torch.Tensor, shift_factor: float, scaling_factor: float) -> torch.Tensor:
+    """scale_latents undone: model output -> what the autoencoder's decoder takes."""
+    return z / scaling_factor + shift_factor
 
 
 def load_vae(name: str | Path, device: str | torch.device = "cpu") -> Vae:

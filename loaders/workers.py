@@ -1,0 +1,46 @@
+"""The worker processes of the DataLoader-based backends (torch, hdf5, stream): how they are kept out of the stop
+signals meant for training, and how their failures become one LoaderError naming the loader and the data."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def leave_stop_signals_to_the_parent(_worker_id: int) -> None:
+    """DataLoader `worker_init_fn`. A terminal's Ctrl-C and a scheduler's SIGTERM reach the whole process group; the
+    training process turns them into a checkpoint and a clean exit between steps, but a worker killed by one makes the
+    next fetch fail first. In a process group of its own a worker hears only its parent: the loader's shutdown, and
+    PyTorch's check that the parent is alive."""
+    os.setpgrp()
+
+
+def worker_failure(error: BaseException, backend: str, data_dir: Path) -> str | None:
+    """The one-line message for a DataLoader worker's failure, or None when `error` is not one. PyTorch reports a
+    worker's exception as a new exception carrying the worker's whole traceback as text, and a dead worker (killed, out
+    of memory, crashed in a library) as a RuntimeError naming its pid; neither says which loader or data it was."""
+    text = str(error)
+    if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):
+        return (f"the {backend} loader's worker process died ({text.strip()}); its batches are lost, so the run stops: "
+                "look for the kernel's out-of-memory killer (dmesg) and continue with --resume")  # fmt: skip
+    if "Original Traceback" in text:
+        last = text.strip().splitlines()[-1]
+        kind, _, message = last.partition(": ")
+        return f"the {backend} loader failed reading {data_dir}: {message if ' ' not in kind else last}"
+    return None
+
+
+@contextmanager
+def worker_errors(backend: str, data_dir: Path) -> Iterator[None]:
+    """Turn a DataLoader worker's failure into one LoaderError naming the loader and the data."""
+    try:
+        yield
+    except Exception as e:
+        message = worker_failure(e, backend, data_dir)
+        if message is None:
+            raise
+        from .errors import LoaderError
+
+        raise LoaderError(message) from None
