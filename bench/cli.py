@@ -71,8 +71,11 @@ def cli() -> None:
 
 @cli.command()
 @DATA
-@click.option("--backends", default=",".join(BACKEND_NAMES), help="Comma list of loader backends; none: only the "
-              "model's data-free rate.")  # fmt: skip
+@click.option(
+    "--backends",
+    default=",".join(BACKEND_NAMES),
+    help="Comma list of loader backends; none: only the model's data-free rate.",
+)
 @click.option(
     "--workers",
     default=None,
@@ -103,12 +106,25 @@ def cli() -> None:
 )
 @renamed("--warmup")
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--cpus", type=click.IntRange(min=1), default=None,
-              help="Pin each run (each rank) to N cores of its own [default: all, shared].")  # fmt: skip
-@click.option("--nproc", "nprocs", default="1", help="Comma list of rank counts: each run under torchrun with N "
-              "data-parallel ranks, one GPU each; several give a scaling table and plot.")  # fmt: skip
-@click.option("--global-batch", type=click.IntRange(min=1), default=None, help="Strong scaling: GLOBAL // N per rank "
-              "at each --nproc N, instead of --batch-size.")  # fmt: skip
+@click.option(
+    "--cpus",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Pin each run (each rank) to N cores of its own [default: all, shared].",
+)
+@click.option(
+    "--nproc",
+    "nprocs",
+    default="1",
+    help="Comma list of rank counts: each run under torchrun with N "
+    "data-parallel ranks, one GPU each; several give a scaling table and plot.",
+)
+@click.option(
+    "--global-batch",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Strong scaling: GLOBAL // N per rank at each --nproc N, instead of --batch-size.",
+)
 @click.option(
     "--compile/--no-compile",
     default=False,
@@ -121,10 +137,18 @@ def cli() -> None:
     default=None,
     help="[default: bf16; fp32 on a CPU, as train takes there].",
 )
-@click.option("--vae", default=None, help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
-              "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.")  # fmt: skip
-@click.option("--grad-sync", type=click.Choice(GRAD_SYNCS), default="ddp", help="With --nproc: how the ranks average "
-              "gradients (train --grad-sync).")  # fmt: skip
+@click.option(
+    "--vae",
+    default=None,
+    help="Pixel or clip data: encode every batch in the step with this AutoencoderKL "
+    "(train --vae), the baseline that cached latents replace; the model defaults to dit_b2.",
+)
+@click.option(
+    "--grad-sync",
+    type=click.Choice(GRAD_SYNCS),
+    default="ddp",
+    help="With --nproc: how the ranks average gradients (train --grad-sync).",
+)
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU).")
 @click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events.")
 @click.option("--resume", is_flag=True, help="Skip configurations whose JSON is already in --out.")
@@ -240,24 +264,30 @@ def loaders(
 def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, global_batch, ctx) -> None:
     """Refuse rank counts this host cannot run as asked, before any run starts."""
     if cpus and max(nprocs) * cpus > allowed:
-        raise click.BadParameter(f"--nproc {max(nprocs)} x --cpus {cpus} = {max(nprocs) * cpus} cores, {allowed} "
-                                 f"available here; use fewer ranks or cores per rank", param_hint="--cpus")  # fmt: skip
+        raise click.BadParameter(
+            f"--nproc {max(nprocs)} x --cpus {cpus} = {max(nprocs) * cpus} cores, {allowed} "
+            f"available here; use fewer ranks or cores per rank",
+            param_hint="--cpus",
+        )
     if device.startswith("cuda") and max(nprocs) > 1:
         import torch
 
         if device != "cuda":
-            raise click.BadParameter(f"{device}: with --nproc each rank takes its own GPU; use --device cuda",
-                                     param_hint="--device")  # fmt: skip
+            raise click.BadParameter(
+                f"{device}: with --nproc each rank takes its own GPU; use --device cuda", param_hint="--device"
+            )
         if max(nprocs) > torch.cuda.device_count():
-            raise click.BadParameter(f"{max(nprocs)} ranks need as many GPUs, {torch.cuda.device_count()} here",
-                                     param_hint="--nproc")  # fmt: skip
+            raise click.BadParameter(
+                f"{max(nprocs)} ranks need as many GPUs, {torch.cuda.device_count()} here", param_hint="--nproc"
+            )
     if global_batch is not None:
         if ctx.get_parameter_source("batch_sizes") != click.core.ParameterSource.DEFAULT:
             raise click.BadParameter("give --global-batch or --batch-size, not both", param_hint="--global-batch")
         bad = [n for n in nprocs if global_batch % n]
         if bad:
-            raise click.BadParameter(f"{global_batch} does not divide by --nproc {', '.join(map(str, bad))}",
-                                     param_hint="--global-batch")  # fmt: skip
+            raise click.BadParameter(
+                f"{global_batch} does not divide by --nproc {', '.join(map(str, bad))}", param_hint="--global-batch"
+            )
 
 
 def _present(data: Path, backends: tuple[str, ...], ctx) -> tuple[str, ...]:
@@ -332,8 +362,12 @@ def report(results_dir: Path) -> None:
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("gpufeed-watch"),
-              help="Where watch.json and the per-rank figures go.")  # fmt: skip
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("gpufeed-watch"),
+    help="Where watch.json and the per-rank figures go.",
+)
 @click.option(
     "--timing-warmup",
     "warmup",
@@ -343,16 +377,24 @@ def report(results_dir: Path) -> None:
 )
 @renamed("--warmup")
 @click.option("--every", type=click.IntRange(min=0), default=100, help="A progress line every N steps (0: none).")
-@click.option("--loader-name", default=None, help="Measure the loader whose label contains this [default: the one "
-              "consumed most]; labels are listed at the end of a run.")  # fmt: skip
-@click.option("--data-free", is_flag=True, help="Replay the loader's first batches from memory: the program's own "
-              "data-free rate.")  # fmt: skip
+@click.option(
+    "--loader-name",
+    default=None,
+    help="Measure the loader whose label contains this [default: the one "
+    "consumed most]; labels are listed at the end of a run.",
+)
+@click.option(
+    "--data-free", is_flag=True, help="Replay the loader's first batches from memory: the program's own data-free rate."
+)
 @click.option("--compare", is_flag=True, help="A data-free run, then the real one: the rate as a share of it.")
 @click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs of each mode (their spread is reported).")
 @click.option("--replay-batches", type=click.IntRange(min=1), default=8, help="Distinct batches the replay cycles.")
 @click.option("--cpus", type=click.IntRange(min=1), default=None, help="Pin the program to N cores [default: all].")
-@click.option("--tensorboard", is_flag=True, help="The progress line's figures as TensorBoard scalars in "
-              "OUT/tensorboard/ (every --every steps).")  # fmt: skip
+@click.option(
+    "--tensorboard",
+    is_flag=True,
+    help="The progress line's figures as TensorBoard scalars in OUT/tensorboard/ (every --every steps).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print watch.json instead of the summary.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def watch(command, out, cpus, as_json, **options) -> None:
@@ -378,8 +420,9 @@ def watch(command, out, cpus, as_json, **options) -> None:
         )
     allowed = len(os.sched_getaffinity(0))
     if cpus and cpus > allowed:
-        raise click.BadParameter(f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer",
-                                 param_hint="--cpus")  # fmt: skip
+        raise click.BadParameter(
+            f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer", param_hint="--cpus"
+        )
     if options["tensorboard"] and not options["every"]:
         raise click.BadParameter("scalars are written with the progress line: give --every N > 0", param_hint="--every")
     if shutil.which(command[0]) is None:  # also refuses a path to a file that is not executable
@@ -397,18 +440,27 @@ def watch(command, out, cpus, as_json, **options) -> None:
 @DATA
 @click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Per rank [default: 128; 32 on a CPU].")
-@click.option("--nproc", type=click.IntRange(min=1), default=1, help="Ranks training will run: their results win, "
-              "else one process's.")  # fmt: skip
+@click.option(
+    "--nproc",
+    type=click.IntRange(min=1),
+    default=1,
+    help="Ranks training will run: their results win, else one process's.",
+)
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option(
     "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=None, help="[default: bf16; fp32 on a CPU]."
 )
 @click.option("--compile/--no-compile", default=False)
-@click.option("--results", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where bench results are [default: DATA/.gpufeed-bench].")  # fmt: skip
+@click.option(
+    "--results",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where bench results are [default: DATA/.gpufeed-bench].",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the choice as JSON (what `train --loader fastest` reads).")
-def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precision: str, compile: bool, results,
-            as_json) -> None:  # fmt: skip
+def fastest(
+    data: Path, model: str, batch_size: int, nproc: int, device, precision: str, compile: bool, results, as_json
+) -> None:
     """The loader configuration `train --loader fastest` takes, and why; a short bench first when there are no
     results for this data, device, model, batch size, precision and compile setting."""
     import contextlib
@@ -434,8 +486,16 @@ def fastest(data: Path, model: str, batch_size: int, nproc: int, device, precisi
         watch = ranks.join(ranks.rank_device(device))
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a short bench's progress must not mix with the answer
-            c = choose(data, device=device, model=model, batch_size=batch_size, precision=precision,
-                       compile=compile, results_dir=results, nproc=nproc)  # fmt: skip
+            c = choose(
+                data,
+                device=device,
+                model=model,
+                batch_size=batch_size,
+                precision=precision,
+                compile=compile,
+                results_dir=results,
+                nproc=nproc,
+            )
     except BaseException as e:
         if watch is not None:
             ranks.leave(watch, e)

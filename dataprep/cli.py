@@ -9,8 +9,16 @@ import click
 from .parallel import cores_per_rank
 
 FORMAT_NAMES = ("files", "hdf5", "ffcv", "dali", "stream", "all")
-SOURCE_NAMES = ("auto", "cifar10", "imagefolder", "kaggle", "audio", "webdataset", "synthetic-images",
-                "synthetic-audio")  # fmt: skip
+SOURCE_NAMES = (
+    "auto",
+    "cifar10",
+    "imagefolder",
+    "kaggle",
+    "audio",
+    "webdataset",
+    "synthetic-images",
+    "synthetic-audio",
+)
 
 
 def _formats(ctx, param, value: str) -> tuple[str, ...]:
@@ -34,12 +42,21 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--input", "input_", callback=_location,
-              help="Source folder or archive, or WebDataset tar shards: local or s3://, brace patterns "
-              "(shards/{00000..00099}.tar).")  # fmt: skip
+@click.option(
+    "--input",
+    "input_",
+    callback=_location,
+    help="Source folder or archive, or WebDataset tar shards: local or s3://, brace patterns "
+    "(shards/{00000..00099}.tar).",
+)
 @click.option("--output", required=True, callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.")
-@click.option("--format", "formats", default="all", callback=_formats,
-              help="files,hdf5,ffcv,dali,stream or all (all: the first four).")  # fmt: skip
+@click.option(
+    "--format",
+    "formats",
+    default="all",
+    callback=_formats,
+    help="files,hdf5,ffcv,dali,stream or all (all: the first four).",
+)
 @click.option("--source", type=click.Choice(SOURCE_NAMES), default="auto", show_default=True)
 @click.option("--split", type=click.Choice(["train", "test"]), default="train", show_default=True)
 @click.option("--limit", type=click.IntRange(min=1), help="Convert the first N usable samples (synthetic: N samples).")
@@ -67,16 +84,43 @@ def cli() -> None:
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae batch.")
 @click.option("--device", help="Where --vae encodes: cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--vae-precision", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True,
-              help="Autocast of the encoder on a GPU (fp32 on the CPU).")  # fmt: skip
-@click.option("--compile", is_flag=True,
-              help="torch.compile the --vae encoder: faster once compiled, which pays on large datasets")  # fmt: skip
+@click.option(
+    "--vae-precision",
+    type=click.Choice(["bf16", "fp32"]),
+    default="bf16",
+    show_default=True,
+    help="Autocast of the encoder on a GPU (fp32 on the CPU).",
+)
+@click.option(
+    "--compile",
+    is_flag=True,
+    help="torch.compile the --vae encoder: faster once compiled, which pays on large datasets",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an output directory that dataprep convert wrote.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
-def convert(input_, output, formats, source, split, limit, workers, on_bad_file, sample_rate, clip_seconds,
-            channels, size, vae, batch_size, device, vae_precision, compile, overwrite, quiet,
-            timings) -> None:  # fmt: skip
+def convert(
+    input_,
+    output,
+    formats,
+    source,
+    split,
+    limit,
+    workers,
+    on_bad_file,
+    sample_rate,
+    clip_seconds,
+    channels,
+    size,
+    vae,
+    batch_size,
+    device,
+    vae_precision,
+    compile,
+    overwrite,
+    quiet,
+    timings,
+) -> None:
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
     from .cli_common import check_vae_option
     from .convert import ConvertConfig
@@ -85,11 +129,27 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
     check_vae_option(vae)
 
     cfg = ConvertConfig(
-        output=output, input=input_, formats=formats, source=source, split=split, limit=limit, workers=workers,
-        on_bad_file=on_bad_file, sample_rate=sample_rate, clip_seconds=clip_seconds, channels=channels,
-        size=size, progress=not quiet, overwrite=overwrite, timings=timings, vae=vae, batch_size=batch_size,
-        device=_device(device, vae), vae_precision=vae_precision, compile=compile,
-    )  # fmt: skip
+        output=output,
+        input=input_,
+        formats=formats,
+        source=source,
+        split=split,
+        limit=limit,
+        workers=workers,
+        on_bad_file=on_bad_file,
+        sample_rate=sample_rate,
+        clip_seconds=clip_seconds,
+        channels=channels,
+        size=size,
+        progress=not quiet,
+        overwrite=overwrite,
+        timings=timings,
+        vae=vae,
+        batch_size=batch_size,
+        device=_device(device, vae),
+        vae_precision=vae_precision,
+        compile=compile,
+    )
     manifest = _guard(run, cfg)
     if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
         return
@@ -97,8 +157,9 @@ def convert(input_, output, formats, source, split, limit, workers, on_bad_file,
 
     click.echo(f"wrote {manifest['count']:,} samples to {printable(output)} ({', '.join(manifest['formats'])})")
     if manifest["skipped"]:
-        click.echo(f"skipped {len(manifest['skipped'])} bad file(s); listed in {printable(output)}/manifest.json",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"skipped {len(manifest['skipped'])} bad file(s); listed in {printable(output)}/manifest.json", err=True
+        )
 
 
 @cli.command()

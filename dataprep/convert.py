@@ -197,8 +197,9 @@ def _close(stream) -> None:
         pass
 
 
-def _write_all(writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest: SampleDigest, workers: int,
-               times: Timings, bar) -> None:  # fmt: skip
+def _write_all(
+    writers: dict, chunks: Iterator[Chunk], meta: DatasetMeta, digest: SampleDigest, workers: int, times: Timings, bar
+) -> None:
     """Every sample to every writer, in order; what can run in worker processes (PNG files, tar records) does, and
     the sample digest runs in a thread beside the writes (hashlib releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -366,15 +367,21 @@ def _load_vae(cfg: ConvertConfig, times: Timings):
 def _encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
     from .latents.encode import LatentEncoder
 
-    return LatentEncoder(vae, kind, tuple(first.x.shape[1:]), spec, batch_size=cfg.batch_size,
-                         precision=cfg.vae_precision, compile=cfg.compile)  # fmt: skip
+    return LatentEncoder(
+        vae,
+        kind,
+        tuple(first.x.shape[1:]),
+        spec,
+        batch_size=cfg.batch_size,
+        precision=cfg.vae_precision,
+        compile=cfg.compile,
+    )
 
 
 def _encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
     gathers every batch and writes the one output)."""
-    source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec,
-                          size=cfg.size)  # fmt: skip
+    source = build_source(cfg.source, _input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size)
     stream = _usable(source.chunks(_chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
     first = next(stream, None)
     if first is None:

@@ -39,8 +39,13 @@ class SampleDigest:
         chunks = list(self.chunks)
         if self.count % self.chunk_size:
             chunks.append(self._current.hexdigest())
-        return {"algorithm": "sha256", "chunk_size": self.chunk_size, "total": self.total.hexdigest(),
-                "chunks": chunks, "count": self.count}  # fmt: skip
+        return {
+            "algorithm": "sha256",
+            "chunk_size": self.chunk_size,
+            "total": self.total.hexdigest(),
+            "chunks": chunks,
+            "count": self.count,
+        }
 
 
 def _records(chunk: Chunk) -> np.ndarray:

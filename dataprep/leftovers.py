@@ -91,8 +91,10 @@ def _recover_one(out: Path, tmp: Path, old: Path, pid: int) -> list[str]:
     complete = (tmp / MANIFEST).is_file()
     if out.exists() or os.path.islink(out):
         if tmp.exists():
-            return [f"left {printable(tmp)} and {printable(old)} alone: {printable(out)} exists too, which one "
-                    "conversion never leaves; keep the one you want as the output and remove the others"]  # fmt: skip
+            return [
+                f"left {printable(tmp)} and {printable(old)} alone: {printable(out)} exists too, which one "
+                "conversion never leaves; keep the one you want as the output and remove the others"
+            ]
         return [_remove_old(old, f"the output it replaced, left by {who} that had published {printable(out)}")]
     if complete:
         (tmp / LOCK).unlink(missing_ok=True)

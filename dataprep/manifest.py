@@ -72,16 +72,22 @@ def _problem(m: dict) -> str | None:
     checks = [
         (m["kind"] in ("image", "audio", "latent"), "kind must be 'image', 'audio' or 'latent'"),
         (m["dtype"] in ("uint8", "float32", "float16"), "dtype must be 'uint8', 'float32' or 'float16'"),
-        (isinstance(m["sample_shape"], list) and m["sample_shape"] and all(_is_int(d, 1) for d in m["sample_shape"]),
-         "sample_shape must be a list of positive ints"),
+        (
+            isinstance(m["sample_shape"], list) and m["sample_shape"] and all(_is_int(d, 1) for d in m["sample_shape"]),
+            "sample_shape must be a list of positive ints",
+        ),
         (_is_int(m["count"]), "count must be an int >= 0"),
         (isinstance(m["classes"], list) and all(isinstance(c, str) for c in m["classes"]), "classes must be strings"),
         (isinstance(m["digest"], dict) and isinstance(m["digest"].get("total"), str), "digest must hold a total"),
-        (isinstance(m["formats"], dict) and all(_format_ok(f) for f in m["formats"].values()),
-         "each format must be an object listing its files as {path, bytes, sha256}"),
-        (m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
-         "audio must hold a sample_rate"),
-    ]  # fmt: skip
+        (
+            isinstance(m["formats"], dict) and all(_format_ok(f) for f in m["formats"].values()),
+            "each format must be an object listing its files as {path, bytes, sha256}",
+        ),
+        (
+            m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
+            "audio must hold a sample_rate",
+        ),
+    ]
     problem = next((message for ok, message in checks if not ok), None)
     return problem or (_latent_problem(m.get("latent"), m["sample_shape"]) if m["kind"] == "latent" else None)
 
@@ -120,9 +126,12 @@ def _format_ok(fmt) -> bool:
         return False
     files = fmt.get("files", [])  # absent: a format described by name only (as bench's tests write them)
     return isinstance(files, list) and all(
-        isinstance(f, dict) and isinstance(f.get("path"), str) and _is_int(f.get("bytes")) and
-        isinstance(f.get("sha256"), str) for f in files
-    )  # fmt: skip
+        isinstance(f, dict)
+        and isinstance(f.get("path"), str)
+        and _is_int(f.get("bytes"))
+        and isinstance(f.get("sha256"), str)
+        for f in files
+    )
 
 
 def resize_line(manifest: dict) -> str:
@@ -146,8 +155,10 @@ def describe(manifest: dict) -> str:
         lines.append(f"resized: {resize_line(manifest)}")
     if manifest["kind"] == "latent":
         lat, vae = manifest["latent"], manifest["latent"].get("vae", {})
-        lines.append(f"latents: {lat['of']} latents {tuple(lat['shape'])}, views {', '.join(lat['views'])}; mean and "
-                     f"std stored as {manifest['dtype']}, delivered x {lat['scaling_factor']}")  # fmt: skip
+        lines.append(
+            f"latents: {lat['of']} latents {tuple(lat['shape'])}, views {', '.join(lat['views'])}; mean and "
+            f"std stored as {manifest['dtype']}, delivered x {lat['scaling_factor']}"
+        )
         lines.append(f"vae:     {vae.get('name')} (sha256 {str(vae.get('sha256'))[:16]}...)")
     for name, fmt in manifest["formats"].items():
         files = fmt.get("files", [])

@@ -88,11 +88,16 @@ def _listed(out: str) -> set[str] | str:
     formats = manifest.get("formats") if isinstance(manifest, dict) else None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("gpufeed_version"), str):
         return f"its {MANIFEST} does not say dataprep wrote it (no gpufeed_version)"
-    if not isinstance(formats, dict) or not all(isinstance(f, dict) and isinstance(f.get("files"), list)
-                                                for f in formats.values()):  # fmt: skip
+    if not isinstance(formats, dict) or not all(
+        isinstance(f, dict) and isinstance(f.get("files"), list) for f in formats.values()
+    ):
         return f"its {MANIFEST} lists no files per format"
-    return {f["path"] for fmt in formats.values() for f in fmt["files"] if isinstance(f, dict)
-            and isinstance(f.get("path"), str)}  # fmt: skip
+    return {
+        f["path"]
+        for fmt in formats.values()
+        for f in fmt["files"]
+        if isinstance(f, dict) and isinstance(f.get("path"), str)
+    }
 
 
 def check_replaceable(out: str, overwrite: bool) -> None:

@@ -148,8 +148,10 @@ class _Worker:
         once even when another thread took it."""
         while not self.conn.poll(0.2):
             if not self.process.is_alive() and not self.conn.poll():
-                raise WorkerDied(f"{self.process.name} (pid {self.process.pid}) ended without answering: "
-                                 f"{_how(self.process.exitcode)}")  # fmt: skip
+                raise WorkerDied(
+                    f"{self.process.name} (pid {self.process.pid}) ended without answering: "
+                    f"{_how(self.process.exitcode)}"
+                )
         try:
             ok, value = self.conn.recv()
         except (EOFError, OSError):

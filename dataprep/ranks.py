@@ -74,8 +74,12 @@ def join(device: str) -> _Watch:
         dist.init_process_group("nccl", timeout=timeout, device_id=torch.device(device))
     else:
         dist.init_process_group("gloo", timeout=timeout)
-    watch = _Watch(dist.distributed_c10d._get_default_store(), dist.get_rank(), dist.get_world_size(),
-                   _seconds("GPUFEED_PEER_TIMEOUT", PEER_TIMEOUT_S))  # fmt: skip
+    watch = _Watch(
+        dist.distributed_c10d._get_default_store(),
+        dist.get_rank(),
+        dist.get_world_size(),
+        _seconds("GPUFEED_PEER_TIMEOUT", PEER_TIMEOUT_S),
+    )
     watch.start()
     return watch
 
@@ -118,8 +122,10 @@ class _Watch:
         self.store, self.rank, self.size, self.silent_s = store, rank, size, silent_s
         self._stop = threading.Event()
         self._answered = time.monotonic()  # when the store last answered a whole round
-        self._threads = [threading.Thread(target=f, name=f"rank-{n}", daemon=True)
-                         for n, f in (("heartbeat", self._beat), ("store-watch", self._watch_store))]  # fmt: skip
+        self._threads = [
+            threading.Thread(target=f, name=f"rank-{n}", daemon=True)
+            for n, f in (("heartbeat", self._beat), ("store-watch", self._watch_store))
+        ]
 
     @staticmethod
     def key(rank: int) -> str:
@@ -153,18 +159,24 @@ class _Watch:
                 elif count != seen[r][0]:
                     seen[r] = (count, now)
                 elif now - seen[r][1] > self.silent_s:
-                    self._fail(f"rank {r} has not answered for {now - seen[r][1]:.0f} s (killed, stopped, or its host "
-                               "is gone)")  # fmt: skip
+                    self._fail(
+                        f"rank {r} has not answered for {now - seen[r][1]:.0f} s (killed, stopped, or its host is gone)"
+                    )
 
     def _watch_store(self) -> None:
         while not self._stop.wait(BEAT_S):
             if time.monotonic() - self._answered > self.silent_s:
-                self._fail(f"the rendezvous store has not answered for {self.silent_s:.0f} s: the host of the "
-                           "rendezvous endpoint (rank 0's torchrun) is gone or its network is down")  # fmt: skip
+                self._fail(
+                    f"the rendezvous store has not answered for {self.silent_s:.0f} s: the host of the "
+                    "rendezvous endpoint (rank 0's torchrun) is gone or its network is down"
+                )
 
     def _fail(self, why: str) -> None:
         if self._stop.is_set():  # leaving already: its own way out
             return
-        print(f"rank {self.rank}: {why}; stopping this rank (GPUFEED_PEER_TIMEOUT={self.silent_s:.0f} s)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"rank {self.rank}: {why}; stopping this rank (GPUFEED_PEER_TIMEOUT={self.silent_s:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(FAILED_EXIT)

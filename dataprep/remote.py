@@ -78,11 +78,15 @@ def explain(error: Exception, url: S3Url, name: str = "") -> RemoteError:
     code = getattr(error, "response", {}).get("Error", {}).get("Code", "") if hasattr(error, "response") else ""
     kind = type(error).__name__
     if kind in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ReadTimeoutError"):
-        return RemoteError(f"cannot reach the object store at {endpoint()} for {where} ({kind}): is the server "
-                           "running, and is AWS_ENDPOINT_URL right?")  # fmt: skip
+        return RemoteError(
+            f"cannot reach the object store at {endpoint()} for {where} ({kind}): is the server "
+            "running, and is AWS_ENDPOINT_URL right?"
+        )
     if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "403", "InvalidToken"):
-        return RemoteError(f"{where}: the object store at {endpoint()} refused the credentials ({code}); check "
-                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")  # fmt: skip
+        return RemoteError(
+            f"{where}: the object store at {endpoint()} refused the credentials ({code}); check "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        )
     if code in ("NoSuchBucket",):
         return RemoteError(f"{where}: bucket {url.bucket!r} does not exist at {endpoint()}; create it first")
     if code in ("NoSuchKey", "404", "NotFound"):

@@ -21,15 +21,31 @@ import torch
 import torch.nn.functional as F
 
 DDPM_CIFAR10 = dict(  # google/ddpm-cifar10-32's UNet2DModel configuration
-    sample_size=32, in_channels=3, out_channels=3, layers_per_block=2, block_out_channels=(128, 256, 256, 256),
+    sample_size=32,
+    in_channels=3,
+    out_channels=3,
+    layers_per_block=2,
+    block_out_channels=(128, 256, 256, 256),
     down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
-    up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"), act_fn="silu", downsample_padding=0,
-    flip_sin_to_cos=False, freq_shift=1, mid_block_scale_factor=1, norm_eps=1e-6, norm_num_groups=32,
-    time_embedding_type="positional", attention_head_dim=None, center_input_sample=False,
-)  # fmt: skip
-TINY = DDPM_CIFAR10 | dict(layers_per_block=1, block_out_channels=(32, 32), norm_num_groups=8,
-                           down_block_types=("DownBlock2D", "AttnDownBlock2D"),
-                           up_block_types=("AttnUpBlock2D", "UpBlock2D"))  # fmt: skip
+    up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"),
+    act_fn="silu",
+    downsample_padding=0,
+    flip_sin_to_cos=False,
+    freq_shift=1,
+    mid_block_scale_factor=1,
+    norm_eps=1e-6,
+    norm_num_groups=32,
+    time_embedding_type="positional",
+    attention_head_dim=None,
+    center_input_sample=False,
+)
+TINY = DDPM_CIFAR10 | dict(
+    layers_per_block=1,
+    block_out_channels=(32, 32),
+    norm_num_groups=8,
+    down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+    up_block_types=("AttnUpBlock2D", "UpBlock2D"),
+)
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,11 +73,15 @@ def folder_epochs(a: argparse.Namespace, accelerator):
     paths = sorted(p for p in Path(a.folder).rglob("*") if p.suffix.lower() in (".png", ".jpg", ".jpeg", ".webp"))
     if not paths:
         raise SystemExit(f"{a.folder}: no .png/.jpg/.jpeg/.webp images in it")
-    augment = transforms.Compose([
-        transforms.Resize(a.resolution, interpolation=transforms.InterpolationMode.BILINEAR),
-        transforms.CenterCrop(a.resolution), transforms.RandomHorizontalFlip(), transforms.ToTensor(),
-        transforms.Normalize([0.5], [0.5]),
-    ])  # fmt: skip
+    augment = transforms.Compose(
+        [
+            transforms.Resize(a.resolution, interpolation=transforms.InterpolationMode.BILINEAR),
+            transforms.CenterCrop(a.resolution),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5], [0.5]),
+        ]
+    )
 
     class Images(torch.utils.data.Dataset):
         def __len__(self) -> int:
@@ -79,8 +99,15 @@ def gpufeed_epochs(a: argparse.Namespace, accelerator):
     """A gpufeed backend, this process's shard, batches already on the device in [-1, 1]."""
     from loaders import build_loader
 
-    loader = build_loader(a.loader, a.data, batch_size=a.batch_size, workers=a.workers, device=str(accelerator.device),
-                          rank=accelerator.process_index, world_size=accelerator.num_processes)  # fmt: skip
+    loader = build_loader(
+        a.loader,
+        a.data,
+        batch_size=a.batch_size,
+        workers=a.workers,
+        device=str(accelerator.device),
+        rank=accelerator.process_index,
+        world_size=accelerator.num_processes,
+    )
 
     def epoch_of(epoch: int):
         loader.set_epoch(epoch)

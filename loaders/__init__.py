@@ -17,8 +17,16 @@ BACKENDS = {
     "stream": "loaders.stream_backend:StreamLoader",
 }
 # the pip extra that provides each optional library (top-level module name), and the format each backend reads
-EXTRAS = {"ffcv": "ffcv", "numba": "ffcv", "nvidia": "dali", "soundfile": "audio", "soxr": "audio", "litdata": "stream",
-          "boto3": "stream", "botocore": "stream"}  # fmt: skip
+EXTRAS = {
+    "ffcv": "ffcv",
+    "numba": "ffcv",
+    "nvidia": "dali",
+    "soundfile": "audio",
+    "soxr": "audio",
+    "litdata": "stream",
+    "boto3": "stream",
+    "botocore": "stream",
+}
 NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5", "stream": "stream"}
 
 

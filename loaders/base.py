@@ -131,8 +131,9 @@ def noise_generator(device: torch.device, opts: LoaderOptions, epoch: int, batch
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def finish_latents(x: torch.Tensor, dtype: torch.dtype, latent: dict, flip: torch.Tensor | None,
-                   noise: torch.Generator | None) -> torch.Tensor:  # fmt: skip
+def finish_latents(
+    x: torch.Tensor, dtype: torch.dtype, latent: dict, flip: torch.Tensor | None, noise: torch.Generator | None
+) -> torch.Tensor:
     """Stored moments (N, V, 2, C, h, w) float16 on device -> (N, C, h, w) dtype model input: the mirrored view
     where `flip` (when stored), mean + std * noise when `noise`, else the mean; then (z - shift) * scaling_factor,
     as diffusers' latent diffusion scripts scale it."""

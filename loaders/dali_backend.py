@@ -31,8 +31,9 @@ class DaliLoader(Loader):
         self.pipe = self._pipeline(device.index or 0 if self.gpu else None)
         self.pipe.build()
         policy = LastBatchPolicy.DROP if opts.drop_last else LastBatchPolicy.PARTIAL
-        self.it = DALIGenericIterator([self.pipe], ["x", "y"], reader_name="reader", last_batch_policy=policy,
-                                      auto_reset=True)  # fmt: skip
+        self.it = DALIGenericIterator(
+            [self.pipe], ["x", "y"], reader_name="reader", last_batch_policy=policy, auto_reset=True
+        )
 
     def _pipeline(self, device_id: int | None):
         from nvidia.dali import fn, pipeline_def, types
@@ -44,22 +45,34 @@ class DaliLoader(Loader):
         image = self.kind == "image"
         dtype = {"image": types.UINT8, "audio": types.FLOAT, "latent": types.FLOAT16}[self.kind]
 
-        @pipeline_def(batch_size=o.batch_size, num_threads=max(1, o.workers), device_id=device_id, seed=o.seed,
-                      prefetch_queue_depth=max(1, o.prefetch))  # fmt: skip
+        @pipeline_def(
+            batch_size=o.batch_size,
+            num_threads=max(1, o.workers),
+            device_id=device_id,
+            seed=o.seed,
+            prefetch_queue_depth=max(1, o.prefetch),
+        )
         def pipe():
             data, label = fn.readers.webdataset(
-                paths=paths, index_paths=index_paths, ext=[data_ext(self.kind), LABEL_EXT],
-                dtypes=[dtype, types.INT64], random_shuffle=o.shuffle,
-                initial_fill=INITIAL_FILL, shard_id=o.rank, num_shards=o.world_size, name="reader",
+                paths=paths,
+                index_paths=index_paths,
+                ext=[data_ext(self.kind), LABEL_EXT],
+                dtypes=[dtype, types.INT64],
+                random_shuffle=o.shuffle,
+                initial_fill=INITIAL_FILL,
+                shard_id=o.rank,
+                num_shards=o.world_size,
+                name="reader",
                 pad_last_batch=True,  # no sample of the next epoch leaks into the last batch of this one
-            )  # fmt: skip
+            )
             data = fn.reshape(data, shape=m["sample_shape"], layout="HWC" if image else "")
             if self.gpu:  # labels too: a CPU label tensor would need a pageable copy, which waits for the GPU
                 data, label = data.gpu(), label.gpu()
             if image:
                 mirror = fn.random.coin_flip(probability=0.5) if o.augment else 0
-                data = fn.crop_mirror_normalize(data, dtype=types.FLOAT, output_layout="CHW", mean=[127.5] * 3,
-                                                std=[127.5] * 3, mirror=mirror)  # fmt: skip
+                data = fn.crop_mirror_normalize(
+                    data, dtype=types.FLOAT, output_layout="CHW", mean=[127.5] * 3, std=[127.5] * 3, mirror=mirror
+                )
             return data, label
 
         return pipe()

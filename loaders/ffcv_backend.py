@@ -76,10 +76,15 @@ class FfcvLoader(Loader):
         torch_threads = torch.get_num_threads()  # FFCV sets it to num_workers in the caller's thread
         if self._loader is None:  # built once: FFCV compiles its pipeline per Loader, which takes seconds
             self._loader = FfLoader(
-                str(data_file(self.data_dir)), batch_size=o.batch_size, num_workers=self.threads,
-                order=OrderOption.SEQUENTIAL, indices=indices, drop_last=o.drop_last,
-                pipelines=self._pipelines(), batches_ahead=max(1, o.prefetch),
-            )  # fmt: skip
+                str(data_file(self.data_dir)),
+                batch_size=o.batch_size,
+                num_workers=self.threads,
+                order=OrderOption.SEQUENTIAL,
+                indices=indices,
+                drop_last=o.drop_last,
+                pipelines=self._pipelines(),
+                batches_ahead=max(1, o.prefetch),
+            )
         self._loader.indices = self._loader.traversal_order.indices = indices
         epoch = iter(self._loader)
         torch.set_num_threads(torch_threads)  # a CPU model trained at half speed beside a 1-thread FFCV loader

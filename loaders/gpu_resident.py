@@ -61,8 +61,9 @@ class GpuResidentLoader(Loader):
         except Exception as e:  # damage the open check cannot see (sizes intact): name the data and the fix
             from .integrity import DamagedDataError, fix
 
-            raise DamagedDataError(f"{self.data_dir}: cannot read its {fmt} samples ({type(e).__name__}: {e}); "
-                                   f"{fix(self.data_dir)}") from None  # fmt: skip
+            raise DamagedDataError(
+                f"{self.data_dir}: cannot read its {fmt} samples ({type(e).__name__}: {e}); {fix(self.data_dir)}"
+            ) from None
         return np.concatenate([c.x for c in chunks]), np.concatenate([c.y for c in chunks])
 
     def _refuse_non_finite(self, x: torch.Tensor) -> None:

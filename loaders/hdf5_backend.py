@@ -68,11 +68,16 @@ class Hdf5Loader(Loader):
         if self._loader is None:
             self._sampler: list[list[int]] = []
             self._loader = torch.utils.data.DataLoader(
-                self.reader, batch_size=None, sampler=_Proxy(self), num_workers=o.workers, pin_memory=self.pin,
-                prefetch_factor=o.prefetch if o.workers else None, persistent_workers=o.workers > 0,
+                self.reader,
+                batch_size=None,
+                sampler=_Proxy(self),
+                num_workers=o.workers,
+                pin_memory=self.pin,
+                prefetch_factor=o.prefetch if o.workers else None,
+                persistent_workers=o.workers > 0,
                 multiprocessing_context=o.mp_context if o.workers else None,
                 worker_init_fn=leave_stop_signals_to_the_parent,
-            )  # fmt: skip
+            )
         self._sampler = self._batches()
         with worker_errors("hdf5", self.data_dir):
             for i, (x, y) in enumerate(self._loader):

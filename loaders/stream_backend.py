@@ -82,9 +82,11 @@ def checking_downloader():
                     os.remove(tmp_path)
                     from .integrity import DamagedDataError
 
-                    raise DamagedDataError(f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, the manifest says "
-                                           f"{expected}; restore it or convert the data again (dataprep verify "
-                                           f"{self._remote_dir.rsplit('/', 1)[0]} checks every shard)")  # fmt: skip
+                    raise DamagedDataError(
+                        f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, the manifest says "
+                        f"{expected}; restore it or convert the data again (dataprep verify "
+                        f"{self._remote_dir.rsplit('/', 1)[0]} checks every shard)"
+                    )
             super()._publish_file(tmp_path, local_filepath)
 
     return CheckingS3Downloader
@@ -158,19 +160,33 @@ class StreamLoader(Loader):
         register_downloader("s3://", checking_downloader(), overwrite=True)
         source = f"{self.location.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
-        dataset = self._guarded(StreamingDataset,
-            source, cache_dir=str(self.cache), shuffle=o.shuffle, drop_last=o.drop_last, seed=o.seed,
-            max_cache_size=o.cache_limit, max_pre_download=max(2, o.prefetch), item_shuffle_window=0,
+        dataset = self._guarded(
+            StreamingDataset,
+            source,
+            cache_dir=str(self.cache),
+            shuffle=o.shuffle,
+            drop_last=o.drop_last,
+            seed=o.seed,
+            max_cache_size=o.cache_limit,
+            max_pre_download=max(2, o.prefetch),
+            item_shuffle_window=0,
             storage_options={"config": client_config()} if self.remote else None,
-        )  # fmt: skip
+        )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
         dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
         self._dl = StreamingDataLoader(
-            dataset, batch_size=o.batch_size, num_workers=self.workers, collate_fn=collate, pin_memory=self.pin,
-            drop_last=o.drop_last, prefetch_factor=o.prefetch if self.workers else None,
-            persistent_workers=False, multiprocessing_context=o.mp_context if self.workers else None,
-            worker_init_fn=leave_stop_signals_to_the_parent, timeout=STALL_S if self.workers else 0,
-        )  # fmt: skip
+            dataset,
+            batch_size=o.batch_size,
+            num_workers=self.workers,
+            collate_fn=collate,
+            pin_memory=self.pin,
+            drop_last=o.drop_last,
+            prefetch_factor=o.prefetch if self.workers else None,
+            persistent_workers=False,
+            multiprocessing_context=o.mp_context if self.workers else None,
+            worker_init_fn=leave_stop_signals_to_the_parent,
+            timeout=STALL_S if self.workers else 0,
+        )
 
     def _guarded(self, fn, *args, **kwargs):
         """LitData reads the shards' index as the dataset is built: its S3 errors, and what a damaged index makes it
@@ -211,8 +227,12 @@ class StreamLoader(Loader):
         if self._start == 0:
             return
         n = self._start * o.batch_size
-        state = {"dataset": dataset.state_dict(n, self.workers, o.batch_size), "current_epoch": self.epoch + 1,
-                 "num_samples_yielded": n, "latest_worker_idx": (self._start - 1) % max(1, self.workers)}  # fmt: skip
+        state = {
+            "dataset": dataset.state_dict(n, self.workers, o.batch_size),
+            "current_epoch": self.epoch + 1,
+            "num_samples_yielded": n,
+            "latest_worker_idx": (self._start - 1) % max(1, self.workers),
+        }
         dl.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Batch]:
@@ -264,7 +284,8 @@ class stalled:  # noqa: N801 - used as a context manager, like worker_errors
             from .errors import LoaderError
 
             endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
-            raise LoaderError(f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
-                              f"{endpoint}: the store stopped answering; continue with --resume once it is back"
-                              )  # fmt: skip
+            raise LoaderError(
+                f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
+                f"{endpoint}: the store stopped answering; continue with --resume once it is back"
+            )
         return False

@@ -102,11 +102,16 @@ class TorchFilesLoader(Loader):
         self.dataset.epoch = self.epoch
         indices = shard_indices(len(self.dataset), o, self.epoch).tolist()
         loader = torch.utils.data.DataLoader(
-            self.dataset, batch_size=o.batch_size, sampler=indices, num_workers=o.workers, pin_memory=self.pin,
-            drop_last=o.drop_last, prefetch_factor=o.prefetch if o.workers else None,
+            self.dataset,
+            batch_size=o.batch_size,
+            sampler=indices,
+            num_workers=o.workers,
+            pin_memory=self.pin,
+            drop_last=o.drop_last,
+            prefetch_factor=o.prefetch if o.workers else None,
             multiprocessing_context=o.mp_context if o.workers else None,
             worker_init_fn=leave_stop_signals_to_the_parent,
-        )  # fmt: skip
+        )
         with worker_errors("torch", self.data_dir):
             for i, (x, y) in enumerate(loader):
                 x = x.to(o.device, non_blocking=self.pin)

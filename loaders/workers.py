@@ -23,8 +23,10 @@ def worker_failure(error: BaseException, backend: str, data_dir: Path) -> str | 
     of memory, crashed in a library) as a RuntimeError naming its pid; neither says which loader or data it was."""
     text = str(error)
     if "DataLoader worker" in text and ("exited unexpectedly" in text or "killed by signal" in text):
-        return (f"the {backend} loader's worker process died ({text.strip()}); its batches are lost, so the run stops: "
-                "look for the kernel's out-of-memory killer (dmesg) and continue with --resume")  # fmt: skip
+        return (
+            f"the {backend} loader's worker process died ({text.strip()}); its batches are lost, so the run stops: "
+            "look for the kernel's out-of-memory killer (dmesg) and continue with --resume"
+        )
     if "Original Traceback" in text:
         last = text.strip().splitlines()[-1]
         kind, _, message = last.partition(": ")

@@ -77,8 +77,11 @@ def synthetic_images(tmp_path_factory):
         key = (count, formats)
         if key not in made:
             made[key] = tmp_path_factory.mktemp("synthetic") / f"{'-'.join(formats)}-{count}"
-            convert(ConvertConfig(output=made[key], source="synthetic-images", limit=count, formats=formats,
-                                  workers=1, progress=False))  # fmt: skip
+            convert(
+                ConvertConfig(
+                    output=made[key], source="synthetic-images", limit=count, formats=formats, workers=1, progress=False
+                )
+            )
         return made[key]
 
     return make
@@ -116,8 +119,19 @@ def latent_images(image_vae, tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("latent") / "images"
     formats = ("files", "hdf5", "ffcv", "dali", "stream")
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=N_LATENT, formats=formats, vae=str(image_vae),
-                          device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out,
+            source="synthetic-images",
+            limit=N_LATENT,
+            formats=formats,
+            vae=str(image_vae),
+            device="cpu",
+            batch_size=32,
+            workers=1,
+            progress=False,
+        )
+    )
     return out
 
 

@@ -165,11 +165,27 @@ def unreadable(d: Path):
     return p, ("fails", "permission denied")
 
 
-IMAGES = {f.__name__.replace("_", " "): f for f in (
-    truncated_jpeg, flipped_jpeg_marker, flipped_jpeg_scan, truncated_png, flipped_png, png_of_another_size,
-    cmyk_jpeg, grayscale_png, gray16_png, rgb16_png, palette_png, empty_file, non_utf8_name, non_utf8_name_damaged,
-    symlink_loop, unreadable,
-)}  # fmt: skip
+IMAGES = {
+    f.__name__.replace("_", " "): f
+    for f in (
+        truncated_jpeg,
+        flipped_jpeg_marker,
+        flipped_jpeg_scan,
+        truncated_png,
+        flipped_png,
+        png_of_another_size,
+        cmyk_jpeg,
+        grayscale_png,
+        gray16_png,
+        rgb16_png,
+        palette_png,
+        empty_file,
+        non_utf8_name,
+        non_utf8_name_damaged,
+        symlink_loop,
+        unreadable,
+    )
+}
 
 
 def _tone(rate: int, seconds: float, channels: int = 1) -> np.ndarray:
@@ -255,13 +271,16 @@ def _write(root: Path, lines: list[str], *result):
 # name -> (the file named, words of the message, skippable)
 KAGGLE = {
     "label file: a missing row": _labels(lambda r, ls: _write(r, ls[:3] + ls[4:], "train/3.png", "no entry", True)),
-    "label file: a row without a label": _labels(lambda r, ls: _write(r, ls[:3] + ["3,"] + ls[4:],
-                                                                     "trainLabels.csv", "line 4 needs", False)),
-    "label file: an id without an image": _labels(lambda r, ls: _write(r, ls + ["5,cat"], "train/5.png",
-                                                                      "listed in trainLabels.csv, but missing", True)),
-    "label file: an id labelled twice": _labels(lambda r, ls: _write(r, ls + ["2,dog"], "trainLabels.csv",
-                                                                    "line 6 labels id 2", False)),
-}  # fmt: skip
+    "label file: a row without a label": _labels(
+        lambda r, ls: _write(r, ls[:3] + ["3,"] + ls[4:], "trainLabels.csv", "line 4 needs", False)
+    ),
+    "label file: an id without an image": _labels(
+        lambda r, ls: _write(r, ls + ["5,cat"], "train/5.png", "listed in trainLabels.csv, but missing", True)
+    ),
+    "label file: an id labelled twice": _labels(
+        lambda r, ls: _write(r, ls + ["2,dog"], "trainLabels.csv", "line 6 labels id 2", False)
+    ),
+}
 
 
 def _not_utf8(root: Path):

@@ -30,8 +30,17 @@ def open_loader(backend: str, data: Path):
     from loaders import build_loader
 
     workers = 2 if backend in ("torch", "hdf5") else 1
-    return build_loader(backend, data, batch_size=50, workers=workers, pin_memory=False, device="cpu", shuffle=False,
-                        augment=False, drop_last=False)  # fmt: skip
+    return build_loader(
+        backend,
+        data,
+        batch_size=50,
+        workers=workers,
+        pin_memory=False,
+        device="cpu",
+        shuffle=False,
+        augment=False,
+        drop_last=False,
+    )
 
 
 def epoch(loader):

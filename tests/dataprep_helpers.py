@@ -84,8 +84,13 @@ def make_audio(root: Path) -> list[Path]:
     import soundfile as sf
 
     rng = np.random.default_rng(0)
-    specs = [("0_a_1.wav", 8000, 1, 0.5), ("1_b_2.flac", 22050, 2, 1.5), ("0_c_3.ogg", 16000, 1, 0.8),
-             ("1_d_4.wav", 16000, 2, 1.024), ("2_e_5.wav", 44100, 1, 0.2)]  # fmt: skip
+    specs = [
+        ("0_a_1.wav", 8000, 1, 0.5),
+        ("1_b_2.flac", 22050, 2, 1.5),
+        ("0_c_3.ogg", 16000, 1, 0.8),
+        ("1_d_4.wav", 16000, 2, 1.024),
+        ("2_e_5.wav", 44100, 1, 0.2),
+    ]
     root.mkdir(parents=True)
     paths = []
     for name, rate, ch, secs in specs:

@@ -21,10 +21,19 @@ def build_vae(out: Path, *, in_channels: int, latent_channels: int, widths: tupl
 
     torch.manual_seed(0)
     n = len(widths)
-    vae = AutoencoderKL(in_channels=in_channels, out_channels=in_channels, down_block_types=("DownEncoderBlock2D",) * n,
-                        up_block_types=("UpDecoderBlock2D",) * n, block_out_channels=widths,
-                        latent_channels=latent_channels, layers_per_block=1, norm_num_groups=4, sample_size=16,
-                        scaling_factor=SCALING, shift_factor=SHIFT)  # fmt: skip
+    vae = AutoencoderKL(
+        in_channels=in_channels,
+        out_channels=in_channels,
+        down_block_types=("DownEncoderBlock2D",) * n,
+        up_block_types=("UpDecoderBlock2D",) * n,
+        block_out_channels=widths,
+        latent_channels=latent_channels,
+        layers_per_block=1,
+        norm_num_groups=4,
+        sample_size=16,
+        scaling_factor=SCALING,
+        shift_factor=SHIFT,
+    )
     with torch.no_grad():  # quant_conv's output channels are the mean's, then the log-variance's
         vae.quant_conv.bias[latent_channels:] += LOGVAR_BIAS
     vae.save_pretrained(out)

@@ -26,9 +26,15 @@ class TestStore:
     def client(self):
         import boto3
 
-        return boto3.client("s3", **{"endpoint_url": self.server.endpoint, "region_name": self.server.region,
-                                     "aws_access_key_id": self.server.access_key,
-                                     "aws_secret_access_key": self.server.secret_key})  # fmt: skip
+        return boto3.client(
+            "s3",
+            **{
+                "endpoint_url": self.server.endpoint,
+                "region_name": self.server.region,
+                "aws_access_key_id": self.server.access_key,
+                "aws_secret_access_key": self.server.secret_key,
+            },
+        )
 
     def bucket(self) -> str:
         name = f"test-{next(_names):04d}"

@@ -34,8 +34,15 @@ class Job:
     """A command started in its own process group, its stderr collected by a thread as it comes."""
 
     def __init__(self, cmd: list[str], **env_extra: str) -> None:
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env(**env_extra), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env(**env_extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         self.err: list[str] = []
         self.out: list[str] = []
         for stream, into in ((self.proc.stderr, self.err), (self.proc.stdout, self.out)):

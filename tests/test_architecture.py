@@ -163,23 +163,34 @@ def test_the_cycle_check_sees_lazy_relative_imports_inside_a_package(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "d.py").write_text("def g():\n    from ..c import h\n")
     edges = imports_between_modules(tmp_path, ("p",))
-    assert edges == {("p.a", "p.b"): ["p/a.py:1"], ("p.b", "p.a"): ["p/b.py:2"], ("p.b", "p"): ["p/b.py:2"],
-                     ("p.c", "p.sub.d"): ["p/c.py:1"], ("p.sub.d", "p.c"): ["p/sub/d.py:2"]}  # fmt: skip
+    assert edges == {
+        ("p.a", "p.b"): ["p/a.py:1"],
+        ("p.b", "p.a"): ["p/b.py:2"],
+        ("p.b", "p"): ["p/b.py:2"],
+        ("p.c", "p.sub.d"): ["p/c.py:1"],
+        ("p.sub.d", "p.c"): ["p/sub/d.py:2"],
+    }
     assert find_cycle(edges) in (["p.a", "p.b", "p.a"], ["p.b", "p.a", "p.b"])
     del edges[("p.b", "p.a")]
     assert find_cycle(edges) in (["p.c", "p.sub.d", "p.c"], ["p.sub.d", "p.c", "p.sub.d"])
     del edges[("p.sub.d", "p.c")]
     assert find_cycle(edges) is None
-    assert rooms({("bench.x.a", "bench.y.b"): ["1"], ("bench.y.c", "bench.x"): ["2"], ("bench.cli", "bench.x.a"): []})\
-        == {("x", "y"): ["1"], ("y", "x"): ["2"]}  # fmt: skip
+    assert rooms(
+        {("bench.x.a", "bench.y.b"): ["1"], ("bench.y.c", "bench.x"): ["2"], ("bench.cli", "bench.x.a"): []}
+    ) == {("x", "y"): ["1"], ("y", "x"): ["2"]}
 
 
 def study_imports(root: Path = ROOT, packages=PACKAGES, studies: str = "bench.studies") -> list[str]:
     """file:line of every import of a study module by a module outside the studies."""
     known = module_names(root, packages)
     inside = lambda name: name == studies or name.startswith(f"{studies}.")  # noqa: E731
-    return [f"{path.relative_to(root)}:{line}" for name, path in known.items() if not inside(name)
-            for target, line in imported_modules(name, path, known) if inside(target)]  # fmt: skip
+    return [
+        f"{path.relative_to(root)}:{line}"
+        for name, path in known.items()
+        if not inside(name)
+        for target, line in imported_modules(name, path, known)
+        if inside(target)
+    ]
 
 
 def test_the_product_imports_no_study():
@@ -241,6 +252,9 @@ def test_an_editable_install_prints_no_warning_page(tmp_path):
 
 @pytest.mark.parametrize("pkg", PACKAGES)
 def test_every_module_states_its_job(pkg):
-    missing = [str(p.relative_to(ROOT)) for p in sorted((ROOT / pkg).rglob("*.py"))
-               if not ast.get_docstring(ast.parse(p.read_text()))]  # fmt: skip
+    missing = [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / pkg).rglob("*.py"))
+        if not ast.get_docstring(ast.parse(p.read_text()))
+    ]
     assert not missing, f"modules without an opening docstring: {missing}"

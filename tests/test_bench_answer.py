@@ -23,9 +23,28 @@ def image_data(synthetic_images) -> Path:
 @pytest.mark.slow
 def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_data, tmp_path):
     out = tmp_path / "res"
-    args = ["loaders", "--data", str(image_data), "--workers", "0,2", "--device", "cpu", "--backends", "hdf5,gpu",
-            "--batch-size", "16", "--steps", "3", "--timing-warmup", "1", "--precision", "fp32", "--out", str(out),
-            "--no-progress"]  # fmt: skip
+    args = [
+        "loaders",
+        "--data",
+        str(image_data),
+        "--workers",
+        "0,2",
+        "--device",
+        "cpu",
+        "--backends",
+        "hdf5,gpu",
+        "--batch-size",
+        "16",
+        "--steps",
+        "3",
+        "--timing-warmup",
+        "1",
+        "--precision",
+        "fp32",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     text = result.output
@@ -48,9 +67,25 @@ def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_
     printed = json.loads(again.stdout)
     assert printed["scenarios"][0]["best"] == record["scenarios"][0]["best"]
     # `bench fastest --json`, what `train --loader fastest` asks: the same configuration from the same results
-    asked = CliRunner().invoke(cli, ["fastest", "--data", str(image_data), "--model", "tiny", "--batch-size", "16",
-                                     "--device", "cpu", "--precision", "fp32", "--results", str(out),
-                                     "--json"])  # fmt: skip
+    asked = CliRunner().invoke(
+        cli,
+        [
+            "fastest",
+            "--data",
+            str(image_data),
+            "--model",
+            "tiny",
+            "--batch-size",
+            "16",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--results",
+            str(out),
+            "--json",
+        ],
+    )
     assert asked.exit_code == 0, asked.output
     choice, best = json.loads(asked.stdout), record["scenarios"][0]["best"]
     assert (choice["backend"], choice["workers"] or None) == (best["backend"], best["workers"] or None)

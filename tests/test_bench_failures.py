@@ -52,9 +52,20 @@ def test_a_crashed_and_a_hung_configuration_are_recorded_and_the_grid_goes_on(im
     --timeout 8; both are recorded as failed with the reason, gpu's still runs, and the report is written. Then a
     damaged copy of a result is skipped by the report with a warning naming it."""
     out = tmp_path / "results"
-    cfg = GridConfig(data=image_data, out=out, backends=("torch", "hdf5", "gpu"), workers=(0,), pin_memory=(False,),
-                     batch_sizes=(32,), model="none", steps=3, warmup=1, device="cpu", progress=False,
-                     timeout_s=8)  # fmt: skip
+    cfg = GridConfig(
+        data=image_data,
+        out=out,
+        backends=("torch", "hdf5", "gpu"),
+        workers=(0,),
+        pin_memory=(False,),
+        batch_sizes=(32,),
+        model="none",
+        steps=3,
+        warmup=1,
+        device="cpu",
+        progress=False,
+        timeout_s=8,
+    )
     stop = threading.Event()
     watcher = threading.Thread(target=interfere, args=(out, {"torch": signal.SIGSEGV, "hdf5": signal.SIGSTOP}, stop))
     watcher.start()
@@ -121,16 +132,19 @@ def test_a_damaged_result_is_skipped_by_fastest_with_a_warning(tmp_path):
     from dataprep.convert import ConvertConfig, convert
 
     data = tmp_path / "data"
-    convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), workers=1,
-                          progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), workers=1, progress=False)
+    )
     digest = json.loads((data / "manifest.json").read_text())["digest"]["total"]
     res = tmp_path / "r"
     write(res, "hdf5", 2, 1000, 0.0, 1.0, digest=digest)
     write(res, "gpu", None, 2000, 0.0, 1.0, digest=digest)
     write(res, "torch", 4, 3000, 0.0, 1.0, digest=digest)
     write(res, "hdf5", 4, 4000, 0.0, 1.0, digest=digest)
-    paths = {json.loads(p.read_text())["job"]["backend"] + str(json.loads(p.read_text())["job"]["workers"]): p
-             for p in res.glob("*.json")}  # fmt: skip
+    paths = {
+        json.loads(p.read_text())["job"]["backend"] + str(json.loads(p.read_text())["job"]["workers"]): p
+        for p in res.glob("*.json")
+    }
     paths["hdf54"].write_bytes(paths["hdf54"].read_bytes()[:-40])
     paths["torch4"].write_bytes(os.urandom(200))
     rec = json.loads(paths["gpuNone"].read_text())

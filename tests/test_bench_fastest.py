@@ -278,16 +278,32 @@ def test_data_free_rate_pairs_runs_of_the_same_gpu():
     from bench.records.results import attach_data_free
 
     def rec(kind: str, rate: float, uuid: str | None) -> dict:
-        job = Job(kind=kind, data="d", backend="gpu" if kind == "loader" else None, workers=None, pin_memory=None,
-                  batch_size=64, model="tiny", steps=200, warmup=20, device="cuda", cpus=None,
-                  compile=False)  # fmt: skip
+        job = Job(
+            kind=kind,
+            data="d",
+            backend="gpu" if kind == "loader" else None,
+            workers=None,
+            pin_memory=None,
+            batch_size=64,
+            model="tiny",
+            steps=200,
+            warmup=20,
+            device="cuda",
+            cpus=None,
+            compile=False,
+        )
         hw = {"gpu_uuid": uuid} if uuid else {}
         waits = {"wait_median_ms": 0, "wait_p95_ms": 0, "wait_max_ms": 0}
         figures = {"samples_per_s": rate, "starvation": {"starvation": 0.0, "source": "cuda-events", **waits}}
         return {"name": f"{kind}-r1", "job": job.to_dict(), "run": {"hardware": hw}, "figures": figures}
 
-    records = [rec("data_free", 1000.0, "A"), rec("data_free", 900.0, "B"), rec("loader", 990.0, "A"),
-               rec("loader", 891.0, "B"), rec("loader", 950.0, "C")]  # fmt: skip
+    records = [
+        rec("data_free", 1000.0, "A"),
+        rec("data_free", 900.0, "B"),
+        rec("loader", 990.0, "A"),
+        rec("loader", 891.0, "B"),
+        rec("loader", 950.0, "C"),
+    ]
     attach_data_free(records)
     assert [r.get("data_free_rate") for r in records[2:]] == [1000.0, 900.0, 950.0]
     assert records[2]["vs_data_free"] == pytest.approx(0.99) and records[3]["vs_data_free"] == pytest.approx(0.99)
@@ -317,8 +333,16 @@ def test_a_knob_helps_only_beyond_the_run_to_run_spread():
 
     def cfg(backend: str, lo: float, hi: float) -> dict:
         rates = dict(samples_per_s=(lo + hi) / 2, samples_per_s_min=lo, samples_per_s_max=hi)
-        return dict(model="tiny", device="cuda", starvation=0.01, vs_data_free=1.0, backend=backend, workers=None,
-                    pin_memory=None, **rates)  # fmt: skip
+        return dict(
+            model="tiny",
+            device="cuda",
+            starvation=0.01,
+            vs_data_free=1.0,
+            backend=backend,
+            workers=None,
+            pin_memory=None,
+            **rates,
+        )
 
     gpu, hdf5 = cfg("gpu", 11751, 15303), cfg("hdf5", 14412, 14460)
     assert "nothing in this grid did better" in verdict(gpu, [gpu, hdf5])
@@ -356,8 +380,13 @@ def test_fastest_decides_within_a_minute_for_compiled_ddpm_cifar10(tmp_path):
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 
     def decide(results: Path) -> dict:
-        out = subprocess.run([sys.executable, "-c", DECIDE, str(data), str(results)], env=env, capture_output=True,
-                             text=True, timeout=900)  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", DECIDE, str(data), str(results)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         print(out.stderr[-3000:])
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -369,10 +398,16 @@ def test_fastest_decides_within_a_minute_for_compiled_ddpm_cifar10(tmp_path):
     print(second["reason"])
     assert second["seconds"] <= 60
     recs = load_records(tmp_path / "second")
-    pick = [r for r in recs if r["job"]["kind"] == "loader" and r["job"]["backend"] == second["backend"]
-            and (r["job"]["workers"] or 0) == second["workers"]]  # fmt: skip
+    pick = [
+        r
+        for r in recs
+        if r["job"]["kind"] == "loader"
+        and r["job"]["backend"] == second["backend"]
+        and (r["job"]["workers"] or 0) == second["workers"]
+    ]
     assert pick and pick[0]["vs_data_free"] >= 0.99
     t = time.perf_counter()
-    again = choose(data, device="cuda", model="ddpm_cifar10", batch_size=128, compile=True,
-                   results_dir=tmp_path / "second")  # fmt: skip
+    again = choose(
+        data, device="cuda", model="ddpm_cifar10", batch_size=128, compile=True, results_dir=tmp_path / "second"
+    )
     assert time.perf_counter() - t < 10 and (again.backend, again.workers) == (second["backend"], second["workers"])

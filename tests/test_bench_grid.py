@@ -133,8 +133,19 @@ def test_compiled_grid_compiles_once(image_data, tmp_path, monkeypatch):
     # the grid's own local cache, empty: torch sets this variable in any process that compiled before, and the grid
     # keeps a value it finds (/tmp/torchinductor_USER, warm from earlier runs, would give the first process hits)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    cfg = GridConfig(data=image_data, out=tmp_path / "results", backends=("gpu",), batch_sizes=(8,), model="tiny",
-                     steps=2, warmup=1, device="cpu", compile=True, precision="fp32", progress=False)  # fmt: skip
+    cfg = GridConfig(
+        data=image_data,
+        out=tmp_path / "results",
+        backends=("gpu",),
+        batch_sizes=(8,),
+        model="tiny",
+        steps=2,
+        warmup=1,
+        device="cpu",
+        compile=True,
+        precision="fp32",
+        progress=False,
+    )
     outcome = run_grid(cfg, echo=lambda line: None)
     assert not outcome.failed and len(outcome.done) == 2
     records = sorted((json.loads(p.read_text()) for p in cfg.out.glob("*.json")), key=lambda r: r["run"]["when"])
@@ -224,9 +235,30 @@ def test_time_limit_leaves_the_rest_for_resume_under_one_grid_id(image_data, tmp
     from bench.records.results import load_records
 
     out = tmp_path / "results"
-    args = ["loaders", "--data", str(image_data), "--backends", "hdf5,gpu", "--workers", "0", "--pin-memory", "on",
-            "--batch-size", "32", "--model", "tiny", "--steps", "3", "--timing-warmup", "1", "--device", "cpu",
-            "--out", str(out), "--no-progress"]  # fmt: skip
+    args = [
+        "loaders",
+        "--data",
+        str(image_data),
+        "--backends",
+        "hdf5,gpu",
+        "--workers",
+        "0",
+        "--pin-memory",
+        "on",
+        "--batch-size",
+        "32",
+        "--model",
+        "tiny",
+        "--steps",
+        "3",
+        "--timing-warmup",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     first = CliRunner().invoke(cli, [*args, "--time-limit", "0.001"])
     assert first.exit_code == 0, first.output
     assert "time limit: 2 runs not started" in first.output and "--resume" in first.output
@@ -242,8 +274,16 @@ def test_a_grid_resumed_on_another_gpu_measures_its_own_data_free_rate(tmp_path)
     again; on its own GPU, or with no loader run left, nothing moves."""
     from bench.grid.runner import set_aside_foreign_data_free
 
-    cfg = GridConfig(data=tmp_path, out=tmp_path, backends=("hdf5",), workers=(0,), pin_memory=(True,),
-                     model="tiny", repeats=2, device="cuda")  # fmt: skip
+    cfg = GridConfig(
+        data=tmp_path,
+        out=tmp_path,
+        backends=("hdf5",),
+        workers=(0,),
+        pin_memory=(True,),
+        model="tiny",
+        repeats=2,
+        device="cuda",
+    )
     jobs = cfg.jobs()
     free0, hdf5_r0, free1, hdf5_r1 = jobs
     for job, gpu in ((free0, "aaaaaaaa-1"), (hdf5_r0, "aaaaaaaa-1"), (free1, "bbbbbbbb-2")):
@@ -272,8 +312,20 @@ def test_a_child_that_dies_silently_is_not_taken_for_an_earlier_result(image_dat
 
     from bench.grid.runner import child_env, run_job
 
-    job = expand(data=image_data, backends=("hdf5",), workers=(0,), pin_memory=(False,), batch_sizes=(32,),
-                 model="none", steps=3, warmup=1, device="cpu", cpus=None, compile=False, repeats=1)[0]  # fmt: skip
+    job = expand(
+        data=image_data,
+        backends=("hdf5",),
+        workers=(0,),
+        pin_memory=(False,),
+        batch_sizes=(32,),
+        model="none",
+        steps=3,
+        warmup=1,
+        device="cpu",
+        cpus=None,
+        compile=False,
+        repeats=1,
+    )[0]
     job.cpus = len(os.sched_getaffinity(0)) + 1
     path = tmp_path / f"{job.name}.json"
     path.write_text(json.dumps({"name": job.name, "job": job.to_dict(), "figures": {"samples_per_s": 1.0}}))
@@ -293,8 +345,19 @@ def test_cuda_grid_runs_in_fresh_processes(image_data, tmp_path, device):
     CUDA events, its GPU named by uuid and sampled through NVML. (Every GPU run once failed in the child, unseen by the
     in-process GPU tests: `set_device("cuda")` has no index.)"""
     out = tmp_path / "results"
-    cfg = GridConfig(data=image_data, out=out, backends=("gpu",), workers=(0,), pin_memory=(True,), batch_sizes=(32,),
-                     model="tiny", steps=5, warmup=2, device=device, progress=False)  # fmt: skip
+    cfg = GridConfig(
+        data=image_data,
+        out=out,
+        backends=("gpu",),
+        workers=(0,),
+        pin_memory=(True,),
+        batch_sizes=(32,),
+        model="tiny",
+        steps=5,
+        warmup=2,
+        device=device,
+        progress=False,
+    )
     outcome = run_grid(cfg, echo=lambda line: None)
     assert not outcome.failed and len(outcome.done) == 2, (out / "grid.log").read_text()[-3000:]
     for path in outcome.done:

@@ -66,8 +66,9 @@ def test_data_free_alone_with_another_grad_sync(data, tmp_path):
     """--backends none measures the model's data-free rate alone; --grad-sync reaches every rank's training loop and
     names the runs, so DDP's results and another way's sit side by side."""
     out = tmp_path / "results"
-    done = CliRunner().invoke(cli, args(data, out, "--backends", "none", "--batch-size", "16", "--nproc", "2",
-                                        "--grad-sync", "flat"))  # fmt: skip
+    done = CliRunner().invoke(
+        cli, args(data, out, "--backends", "none", "--batch-size", "16", "--nproc", "2", "--grad-sync", "flat")
+    )
     assert done.exit_code == 0, done.output
     (rec,) = [json.loads(p.read_text()) for p in out.glob("datafree-*.json")]
     assert rec["name"] == "datafree-np2-bs16-tiny-cpusall-bf16-flat-cpu-r0" and rec["job"]["grad_sync"] == "flat"
@@ -82,8 +83,21 @@ def test_a_failing_rank_fails_the_configuration(data, tmp_path):
     from bench.grid.runner import child_env, run_job
 
     allowed = len(os.sched_getaffinity(0))
-    job = Job(kind="loader", data=str(data), backend="hdf5", workers=0, pin_memory=None, batch_size=16, model="none",
-              steps=2, warmup=1, device="cpu", cpus=allowed, compile=False, nproc=2)  # fmt: skip
+    job = Job(
+        kind="loader",
+        data=str(data),
+        backend="hdf5",
+        workers=0,
+        pin_memory=None,
+        batch_size=16,
+        model="none",
+        steps=2,
+        warmup=1,
+        device="cpu",
+        cpus=allowed,
+        compile=False,
+        nproc=2,
+    )
     path = tmp_path / f"{job.name}.json"
     with open(tmp_path / "log", "wb") as log:
         from bench.grid.runner import GridConfig
@@ -113,9 +127,22 @@ def test_rank_options_are_checked_before_any_run(data, tmp_path, extra, message)
 def test_global_batch_divides_over_ranks():
     """Strong scaling: --global-batch 512 at 1, 2 and 4 ranks runs 512, 256 and 128 per rank, each its own scenario
     with its own data-free run; nproc 1 keeps the names results had before."""
-    jobs = expand(data=Path("d"), backends=("hdf5",), workers=(4,), pin_memory=(True,), batch_sizes=(128,),
-                  model="tiny", steps=2, warmup=1, device="cuda", cpus=2, compile=True, repeats=1, nprocs=(1, 2, 4),
-                  global_batch=512)  # fmt: skip
+    jobs = expand(
+        data=Path("d"),
+        backends=("hdf5",),
+        workers=(4,),
+        pin_memory=(True,),
+        batch_sizes=(128,),
+        model="tiny",
+        steps=2,
+        warmup=1,
+        device="cuda",
+        cpus=2,
+        compile=True,
+        repeats=1,
+        nprocs=(1, 2, 4),
+        global_batch=512,
+    )
     assert [(j.nproc, j.batch_size, j.kind) for j in jobs] == [
         (n, 512 // n, k) for n in (1, 2, 4) for k in ("data_free", "loader")
     ]

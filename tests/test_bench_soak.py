@@ -45,8 +45,24 @@ def test_a_short_training_run_is_recorded_flat_with_nothing_left_running(cifar_s
 def test_a_process_left_behind_is_reported(tmp_path):
     """A command that starts a detached sleeper and exits: the sleeper is listed and the soak fails."""
     code = "import subprocess, time; subprocess.Popen(['sleep', '60'], start_new_session=True); time.sleep(1)"
-    result = CliRunner().invoke(cli, ["soak", "--out", str(tmp_path), "--interval", "0.05", "--warmup", "0",
-                                      "--grace", "1", "--", sys.executable, "-c", code])  # fmt: skip
+    result = CliRunner().invoke(
+        cli,
+        [
+            "soak",
+            "--out",
+            str(tmp_path),
+            "--interval",
+            "0.05",
+            "--warmup",
+            "0",
+            "--grace",
+            "1",
+            "--",
+            sys.executable,
+            "-c",
+            code,
+        ],
+    )
     summary = json.loads((tmp_path / "resources-summary.json").read_text())
     left = summary["left_running"]
     for p in left:

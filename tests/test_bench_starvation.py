@@ -188,8 +188,21 @@ def test_crosscheck_inside_the_real_training_loop(tmp_path):
     convert(
         ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), workers=1, progress=False)
     )
-    job = Job(kind="loader", data=str(data), backend="hdf5", workers=0, pin_memory=None, batch_size=16, model="tiny",
-              steps=4, warmup=2, device="cpu", cpus=None, compile=False, crosscheck=True)  # fmt: skip
+    job = Job(
+        kind="loader",
+        data=str(data),
+        backend="hdf5",
+        workers=0,
+        pin_memory=None,
+        batch_size=16,
+        model="tiny",
+        steps=4,
+        warmup=2,
+        device="cpu",
+        cpus=None,
+        compile=False,
+        crosscheck=True,
+    )
     figures = measure(job, tmp_path / "t.trace.json.gz")
     assert figures["starvation"]["steps"] == 4 and figures["samples_per_s"] > 0
     assert "GPU activities" in figures["crosscheck"]["error"]

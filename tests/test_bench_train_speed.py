@@ -12,8 +12,22 @@ from bench.studies import train_speed
 def test_cpu_smoke_run_writes_a_complete_record(tmp_path, capsys):
     """Two modes on CPU: a table on stdout, and JSON with FLOPs, throughput, TFLOP/s, no MFU, versions and command."""
     out = tmp_path / "speed.json"
-    argv = ["--device", "cpu", "--model", "tiny", "--batch-size", "2", "--steps", "2", "--warmup", "1",
-            "--modes", "fp32_eager,bf16_channels_last", "--out", str(out)]  # fmt: skip
+    argv = [
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--batch-size",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--modes",
+        "fp32_eager,bf16_channels_last",
+        "--out",
+        str(out),
+    ]
     train_speed.main(argv)
     record = json.loads(out.read_text())
     assert record["gflop_per_image"] == pytest.approx(0.4878, rel=1e-3)
@@ -39,8 +53,26 @@ def test_candidate_mode_traces_on_cpu_and_profiles(tmp_path):
     """The candidates' model code under torch.compile (aot_eager: traced with autograd, no kernels generated) runs on
     a CPU; --profile writes the mode's kernel table."""
     out, prof, mode = tmp_path / "speed.json", tmp_path / "prof", "bf16_cl_cudagraphs_prev_all"
-    argv = ["--device", "cpu", "--model", "tiny", "--batch-size", "2", "--steps", "1", "--warmup", "0",
-            "--compile-backend", "aot_eager", "--modes", mode, "--out", str(out), "--profile", str(prof)]  # fmt: skip
+    argv = [
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--batch-size",
+        "2",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--compile-backend",
+        "aot_eager",
+        "--modes",
+        mode,
+        "--out",
+        str(out),
+        "--profile",
+        str(prof),
+    ]
     record = train_speed.main(argv)
     assert "error" not in record["results"][mode] and record["results"][mode]["images_per_s"] > 0
     assert json.loads(out.read_text())["config"]["compile_backend"] == "aot_eager"
@@ -53,9 +85,27 @@ def test_forms_loss_curve_trains_both_forms_from_one_seed(cifar_small, tmp_path)
     match within rounding (same seed, same draws), yet the runs did differ (the previous forms were in place)."""
     from bench.studies import forms_loss_curve
 
-    result = forms_loss_curve.main(["--data", str(cifar_small), "--model", "tiny", "--device", "cpu", "--precision",
-                                    "fp32", "--no-compile", "--batch-size", "16", "--steps", "12", "--window", "4",
-                                    "--out", str(tmp_path)])  # fmt: skip
+    result = forms_loss_curve.main(
+        [
+            "--data",
+            str(cifar_small),
+            "--model",
+            "tiny",
+            "--device",
+            "cpu",
+            "--precision",
+            "fp32",
+            "--no-compile",
+            "--batch-size",
+            "16",
+            "--steps",
+            "12",
+            "--window",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     saved = json.loads((tmp_path / "curves.json").read_text())
     assert saved["comparison"] == result["comparison"] and (tmp_path / "curves.png").stat().st_size > 0
     current, previous = (saved["runs"][f]["losses"] for f in ("current", "previous"))

@@ -116,17 +116,55 @@ def gpu_images(tmp_path_factory) -> Path:
     from dataprep.convert import ConvertConfig, convert
 
     out = tmp_path_factory.mktemp("watch-gpu") / "synth"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=8000, formats=("files", "hdf5"),
-                          workers=os.cpu_count() or 1, progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out,
+            source="synthetic-images",
+            limit=8000,
+            formats=("files", "hdf5"),
+            workers=os.cpu_count() or 1,
+            progress=False,
+        )
+    )
     return out
 
 
 def _trainer(data: Path, run: Path, loader: str, steps: int, *extra: str, warmup: int = GPU_WARMUP) -> list[str]:
     """gpufeed's trainer, eager unless `extra` says --compile; no checkpoints, samples or log syncs inside the run."""
-    return [PY, "-m", "training", "--data", str(data), "--loader", loader, "--workers", "0", "--model", "ddpm_cifar10",
-            "--batch-size", "128", "--steps", str(steps), "--timing-warmup", str(warmup), "--precision", "bf16",
-            "--device", "cuda", "--no-progress", "--out", str(run), "--ckpt-every", "0", "--sample-every", "0",
-            "--log-every", "100000", "--json", *extra]  # fmt: skip
+    return [
+        PY,
+        "-m",
+        "training",
+        "--data",
+        str(data),
+        "--loader",
+        loader,
+        "--workers",
+        "0",
+        "--model",
+        "ddpm_cifar10",
+        "--batch-size",
+        "128",
+        "--steps",
+        str(steps),
+        "--timing-warmup",
+        str(warmup),
+        "--precision",
+        "bf16",
+        "--device",
+        "cuda",
+        "--no-progress",
+        "--out",
+        str(run),
+        "--ckpt-every",
+        "0",
+        "--sample-every",
+        "0",
+        "--log-every",
+        "100000",
+        "--json",
+        *extra,
+    ]
 
 
 def _trainer_summary(stdout: str) -> dict:
@@ -144,13 +182,20 @@ def test_gpu_watch_agrees_with_the_trainers_own_starvation(gpu_images, tmp_path)
     end of step 9 to the end of step 149); bench watch counts requests [10, 149) (a step is request to next request,
     and the 150th request has no next one), from request 10 to request 149."""
     steps = 150
-    proc, w = run_watch(tmp_path / "w", _trainer(gpu_images, tmp_path / "run", "torch", steps),
-                        "--timing-warmup", str(GPU_WARMUP), timeout=600)  # fmt: skip
+    proc, w = run_watch(
+        tmp_path / "w",
+        _trainer(gpu_images, tmp_path / "run", "torch", steps),
+        "--timing-warmup",
+        str(GPU_WARMUP),
+        timeout=600,
+    )
     assert proc.returncode == 0, _explain(proc)
     own = _trainer_summary(proc.stdout)["starvation"]
-    print(f"\nG1 agreement: trainer starvation {own['starvation']:.4f} over {own['steps']} steps, host behind "
-          f"{own['host_behind']}; bench watch {w['starvation']:.4f} over {w['steps']} steps, host behind "
-          f"{w['host_behind']}, loader {w['loader']}")  # fmt: skip
+    print(
+        f"\nG1 agreement: trainer starvation {own['starvation']:.4f} over {own['steps']} steps, host behind "
+        f"{own['host_behind']}; bench watch {w['starvation']:.4f} over {w['steps']} steps, host behind "
+        f"{w['host_behind']}, loader {w['loader']}"
+    )
     assert own["source"] == "cuda-events" and own["steps"] == steps - GPU_WARMUP
     assert w["runs"][0]["figures"]["source"] == "cuda-events" and w["steps"] == steps - GPU_WARMUP - 1
     assert w["loader"].startswith("TorchFilesLoader") and len(w["loaders"]) == 1
@@ -179,10 +224,14 @@ def test_gpu_watch_costs_under_one_percent_of_a_compiled_loop(gpu_images, tmp_pa
             assert proc.returncode == 0, _explain(proc)
             rates[mode].append(_trainer_summary(proc.stdout)["samples_per_s"])
     plain, watched = statistics.median(rates["plain"]), statistics.median(rates["watched"])
-    print(f"\nG2 overhead: unwatched {rates['plain']} (median {plain:,.1f}) samples/s; watched {rates['watched']} "
-          f"(median {watched:,.1f}): {watched / plain:.4f} of the unwatched rate; bench watch's own figures: "
-          + "; ".join(f"{w['samples_per_s']:,.1f} samples/s, starvation {w['starvation']:.4f}, host behind "
-                      f"{w['host_behind']}" for w in watched_figures))  # fmt: skip
+    print(
+        f"\nG2 overhead: unwatched {rates['plain']} (median {plain:,.1f}) samples/s; watched {rates['watched']} "
+        f"(median {watched:,.1f}): {watched / plain:.4f} of the unwatched rate; bench watch's own figures: "
+        + "; ".join(
+            f"{w['samples_per_s']:,.1f} samples/s, starvation {w['starvation']:.4f}, host behind {w['host_behind']}"
+            for w in watched_figures
+        )
+    )
     assert all(w["loader"].startswith("GpuResidentLoader") for w in watched_figures)
     assert watched >= 0.99 * plain
 
@@ -270,8 +319,9 @@ def test_tensorboard_scalars_follow_the_progress_line(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     prog = _program(tmp_path, KNOWN)
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "25"], "--timing-warmup", "3", "--every", "10",
-                        "--tensorboard")  # fmt: skip
+    proc, w = run_watch(
+        tmp_path / "w", [PY, str(prog), "--batches", "25"], "--timing-warmup", "3", "--every", "10", "--tensorboard"
+    )
     assert proc.returncode == 0, _explain(proc)
     board = EventAccumulator(str(tmp_path / "w" / "tensorboard" / "real-r0"))
     board.Reload()
@@ -325,8 +375,9 @@ def test_compare_gives_the_data_free_rate_and_keeps_epoch_length(tmp_path):
 def test_data_free_alone_replays(tmp_path):
     """--data-free runs only the replay: one run, nearly no wait, the real loader's batch size."""
     prog = _program(tmp_path, KNOWN)
-    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "10", "--compute", "0.01"], "--data-free",
-                        "--timing-warmup", "2")  # fmt: skip
+    proc, w = run_watch(
+        tmp_path / "w", [PY, str(prog), "--batches", "10", "--compute", "0.01"], "--data-free", "--timing-warmup", "2"
+    )
     assert proc.returncode == 0, _explain(proc)
     assert [r["mode"] for r in w["runs"]] == ["data-free"]
     assert w["batch_size"] == 4 and w["starvation"] < 0.03 and w["wait_median_ms"] < 2
@@ -360,8 +411,20 @@ def test_loader_name_picks_the_loader(tmp_path):
     """A train loader (12 requests) and a val loader rebuilt each epoch (6): the train one is measured by default,
     --loader-name ValSet measures the val one, and both are listed each time."""
     prog = _program(tmp_path, KNOWN)
-    cmd = [PY, str(prog), "--batches", "6", "--epochs", "2", "--val-batches", "3", "--wait", "0.005",
-           "--compute", "0.005"]  # fmt: skip
+    cmd = [
+        PY,
+        str(prog),
+        "--batches",
+        "6",
+        "--epochs",
+        "2",
+        "--val-batches",
+        "3",
+        "--wait",
+        "0.005",
+        "--compute",
+        "0.005",
+    ]
     proc, w = run_watch(tmp_path / "train", cmd, "--timing-warmup", "2")
     assert proc.returncode == 0, _explain(proc)
     assert "TrainSet" in w["loader"] and w["batch_size"] == 4 and w["steps"] == 12 - 1 - 2
@@ -404,10 +467,30 @@ def test_ctrl_c_passes_the_programs_status_and_keeps_figures(tmp_path):
     """Ctrl-C (SIGINT to the process group) after 10 steps: bench watch ends with the program's status (killed by
     SIGINT: 130 as a shell reports it, or the same signal), and watch.json holds the steps measured so far."""
     prog = _program(tmp_path, KNOWN)
-    cmd = [PY, "-m", "bench", "watch", "--out", str(tmp_path / "w"), "--timing-warmup", "3", "--every", "5", "--", PY,
-           str(prog), "--batches", "1000", "--wait", "0.01", "--compute", "0.01"]  # fmt: skip
-    proc = subprocess.Popen(cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    cmd = [
+        PY,
+        "-m",
+        "bench",
+        "watch",
+        "--out",
+        str(tmp_path / "w"),
+        "--timing-warmup",
+        "3",
+        "--every",
+        "5",
+        "--",
+        PY,
+        str(prog),
+        "--batches",
+        "1000",
+        "--wait",
+        "0.01",
+        "--compute",
+        "0.01",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         lines = []
         for line in proc.stderr:  # the progress line every 5 steps says how far it got
@@ -487,8 +570,13 @@ def test_python_api_under_the_command_measures_once(tmp_path):
 
 # A program with top-level packages of its own named as gpufeed's are; loaders.base is the module name under which the
 # hooks look for gpufeed's own loaders
-OWN_PACKAGES = {"bench": "bench", "training": "training", "loaders": "loaders", "loaders/base": "loaders.base",
-                "dataprep": "dataprep"}  # fmt: skip
+OWN_PACKAGES = {
+    "bench": "bench",
+    "training": "training",
+    "loaders": "loaders",
+    "loaders/base": "loaders.base",
+    "dataprep": "dataprep",
+}
 OWN_PROGRAM = r"""
 import json, sys, time
 NAMES = ("bench", "training", "loaders", "dataprep")
@@ -632,8 +720,9 @@ def test_gpufeed_loader_is_measured(small_hdf5, tmp_path):
 
 
 def _quick_watch(out: Path, prog: Path) -> dict:
-    proc, w = run_watch(out, [PY, str(prog), "--batches", "8", "--wait", "0.005", "--compute", "0.005"],
-                        "--timing-warmup", "2")  # fmt: skip
+    proc, w = run_watch(
+        out, [PY, str(prog), "--batches", "8", "--wait", "0.005", "--compute", "0.005"], "--timing-warmup", "2"
+    )
     assert proc.returncode == 0, _explain(proc)
     return w
 
@@ -708,8 +797,23 @@ def folder_images(tmp_path_factory) -> tuple[Path, Path]:
     return imgs, data
 
 
-LUCIDRAINS = ["-m", "bench.studies.lucidrains_trainer", "--steps", "15", "--batch-size", "16", "--image-size", "16",
-              "--dim", "8", "--dim-mults", "1,2", "--timesteps", "100", "--no-amp"]  # fmt: skip
+LUCIDRAINS = [
+    "-m",
+    "bench.studies.lucidrains_trainer",
+    "--steps",
+    "15",
+    "--batch-size",
+    "16",
+    "--image-size",
+    "16",
+    "--dim",
+    "8",
+    "--dim-mults",
+    "1,2",
+    "--timesteps",
+    "100",
+    "--no-amp",
+]
 
 
 @pytest.mark.slow
@@ -735,8 +839,17 @@ def _tiny_trainer(folder: Path, results: Path, image_size: int = 16):
 
     model = Unet(dim=8, dim_mults=(1, 2), flash_attn=False)
     diffusion = GaussianDiffusion(model, image_size=image_size, timesteps=100, sampling_timesteps=10)
-    return Trainer(diffusion, str(folder), train_batch_size=16, train_num_steps=1, amp=False, calculate_fid=False,
-                   save_and_sample_every=10**9, results_folder=str(results), num_samples=4)  # fmt: skip
+    return Trainer(
+        diffusion,
+        str(folder),
+        train_batch_size=16,
+        train_num_steps=1,
+        amp=False,
+        calculate_fid=False,
+        save_and_sample_every=10**9,
+        results_folder=str(results),
+        num_samples=4,
+    )
 
 
 @pytest.mark.slow
@@ -770,8 +883,18 @@ def test_use_gpufeed_yields_the_trainers_images(folder_images, tmp_path):
         use_gpufeed(_tiny_trainer(imgs, tmp_path / "results8", image_size=8), data, backend="hdf5", workers=0)
 
 
-DIFFUSERS = [str(REPO / "examples" / "diffusers_unconditional.py"), "--resolution", "16", "--tiny",
-             "--batch-size", "16", "--steps", "12", "--mixed-precision", "no"]  # fmt: skip
+DIFFUSERS = [
+    str(REPO / "examples" / "diffusers_unconditional.py"),
+    "--resolution",
+    "16",
+    "--tiny",
+    "--batch-size",
+    "16",
+    "--steps",
+    "12",
+    "--mixed-precision",
+    "no",
+]
 
 
 @pytest.mark.slow

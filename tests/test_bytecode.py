@@ -38,8 +38,9 @@ def probe(site: Path, cache: Path) -> dict:
     repo = Path(__file__).resolve().parents[1]
     env = os.environ | {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPATH": f"{site}{os.pathsep}{repo}"}
     env.pop("PYTHONPYCACHEPREFIX", None)
-    done = subprocess.run([sys.executable, "-c", PROBE, str(cache)], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(cache)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

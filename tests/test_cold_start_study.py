@@ -17,8 +17,11 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_a_variant_names_a_checkout_and_inductor_settings():
     light = variant(f"light={REPO},triton.autotune_pointwise=False,compile_threads=4")
-    assert light == {"name": "light", "code": str(REPO),
-                     "inductor": {"triton.autotune_pointwise": False, "compile_threads": 4}}  # fmt: skip
+    assert light == {
+        "name": "light",
+        "code": str(REPO),
+        "inductor": {"triton.autotune_pointwise": False, "compile_threads": 4},
+    }
     assert variant(f"this={REPO}")["inductor"] == {}
 
 
@@ -42,11 +45,19 @@ def test_the_launcher_sets_inductor_then_runs_train():
 
 def test_the_table_has_a_row_per_variant_and_start():
     def run(name: str, since: float) -> dict:
-        compile_record = {"since_launch_s": since, "timed_since_launch_s": since + 2, "first_step_s": since - 5,
-                          "phases_s": {}, "caches": {}}  # fmt: skip
+        compile_record = {
+            "since_launch_s": since,
+            "timed_since_launch_s": since + 2,
+            "first_step_s": since - 5,
+            "phases_s": {},
+            "caches": {},
+        }
         return {"name": name, "variant": name.split("-")[0], "samples_per_s": 100.0, "compile": compile_record}
 
     rows = table([run("a-cold-0", 90), run("a-warm-0", 20), run("b-cold-0", 80), run("a-warm-1", 30)])
     lines = rows.splitlines()[2:]
-    assert [line.split(" | ")[:4] for line in lines] == [["| a", "cold", "1", "90.0"], ["| a", "warm", "2", "25.0"],
-                                                         ["| b", "cold", "1", "80.0"]]  # fmt: skip
+    assert [line.split(" | ")[:4] for line in lines] == [
+        ["| a", "cold", "1", "90.0"],
+        ["| a", "warm", "2", "25.0"],
+        ["| b", "cold", "1", "80.0"],
+    ]

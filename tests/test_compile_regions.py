@@ -11,8 +11,21 @@ from bench.studies import compile_regions
 def test_regions_trace_the_same_step_and_every_configuration_is_recorded(tmp_path, capsys):
     """Dynamo and AOTAutograd (aot_eager) with no regions, every block a region, and the skip's gradient dense: the
     first losses are equal to the bit; an unknown backend leaves its error in the record and the table."""
-    argv = ["--model", "tiny", "--batch-size", "2", "--steps", "1", "--backends", "aot_eager,no_such_backend",
-            "--regions", "none,ResBlock+Attention", "--dense-skip", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "--model",
+        "tiny",
+        "--batch-size",
+        "2",
+        "--steps",
+        "1",
+        "--backends",
+        "aot_eager,no_such_backend",
+        "--regions",
+        "none,ResBlock+Attention",
+        "--dense-skip",
+        "--out",
+        str(tmp_path),
+    ]
     compile_regions.main(argv)
     record = json.loads((tmp_path / "compile_regions.json").read_text())
     runs = {(r["backend"], r["regions"]): r for r in record["runs"]}

@@ -111,8 +111,13 @@ def test_flipped_bits_never_crash_hang_or_pass_verify(prepared, tmp_path, backen
     trials = [[rel, b, bit] for rel, size in sizes.items() for b, bit in flip_positions(size, rng)]
     args = {"data": str(prepared), "work": str(tmp_path), "backend": backend, "trials": trials}
     env = os.environ | {"PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "damage_trials.py"), json.dumps(args)], env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "damage_trials.py"), json.dumps(args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     lines = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     results = [r for r in lines if r.get("status") != "started"]
     assert proc.returncode == 0 and len(results) == len(trials), (

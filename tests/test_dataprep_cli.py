@@ -16,8 +16,10 @@ from dataprep.cli import cli
 @pytest.fixture()
 def converted(tmp_path) -> Path:
     out = tmp_path / "set"
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "50", "--output", str(out),
-                                 "--quiet", "--workers", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        ["convert", "--source", "synthetic-images", "--limit", "50", "--output", str(out), "--quiet", "--workers", "1"],
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -90,8 +92,10 @@ def test_help_does_not_import_heavy_libraries():
     import subprocess
     import sys
 
-    code = "import sys; from dataprep.cli import cli; cli(['--help'], standalone_mode=False); " \
-           "print([m for m in ('torch', 'ffcv', 'nvidia.dali', 'h5py') if m in sys.modules])"  # fmt: skip
+    code = (
+        "import sys; from dataprep.cli import cli; cli(['--help'], standalone_mode=False); "
+        "print([m for m in ('torch', 'ffcv', 'nvidia.dali', 'h5py') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")
 
@@ -111,8 +115,20 @@ def test_quiet_silences_every_progress_bar(tmp_path):
     import subprocess
     import sys
 
-    args = [sys.executable, "-m", "dataprep", "convert", "--source", "synthetic-images", "--limit", "20", "--format",
-            "ffcv", "--workers", "1"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "dataprep",
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "20",
+        "--format",
+        "ffcv",
+        "--workers",
+        "1",
+    ]
     quiet = subprocess.run([*args, "--output", str(tmp_path / "q"), "--quiet"], capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stdout.strip().splitlines() == [
         f"wrote 20 samples to {tmp_path / 'q'} (ffcv)"
@@ -128,8 +144,23 @@ def test_limit_with_more_workers_than_cores_finishes(cifar_jpg_root, tmp_path):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(cifar_jpg_root), "--output",
-           str(tmp_path / "out"), "--format", "hdf5", "--limit", "1500", "--workers", "16", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "dataprep",
+        "convert",
+        "--input",
+        str(cifar_jpg_root),
+        "--output",
+        str(tmp_path / "out"),
+        "--format",
+        "hdf5",
+        "--limit",
+        "1500",
+        "--workers",
+        "16",
+        "--quiet",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "wrote 1,500 samples" in done.stdout

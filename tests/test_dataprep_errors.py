@@ -155,8 +155,21 @@ def test_interrupt_in_process_leaves_nothing(tmp_path, monkeypatch):
 def test_sigint_to_cli_process(tmp_path):
     """Ctrl-C (SIGINT) to a running `dataprep convert` exits non-zero and leaves no output or temporary dir."""
     out = tmp_path / "o"
-    cmd = [sys.executable, "-m", "dataprep", "convert", "--source", "synthetic-images", "--limit", "300000",
-           "--format", "hdf5", "--output", str(out), "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "dataprep",
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "300000",
+        "--format",
+        "hdf5",
+        "--output",
+        str(out),
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.time() + 60
     while not list(tmp_path.glob(".o.tmp-*/data.h5")) and time.time() < deadline:

@@ -42,8 +42,10 @@ def _call(fn, *args, **kwargs):
 @pytest.fixture(scope="module")
 def every_format(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("fifo") / "set"
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "40", "--output", str(out),
-                                 "--workers", "1", "--quiet"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        ["convert", "--source", "synthetic-images", "--limit", "40", "--output", str(out), "--workers", "1", "--quiet"],
+    )
     assert r.exit_code == 0, r.output
     return out
 
@@ -96,14 +98,20 @@ def test_fifo_as_an_input_clip_and_cifar_batch(tmp_path):
     """A FIFO named like a clip in an audio folder, and a FIFO as a CIFAR-10 batch: each refused, named."""
     make_audio(tmp_path / "clips")
     os.mkfifo(tmp_path / "clips" / "1_f_6.wav")
-    r = _within(CliRunner().invoke, cli, ["convert", "--input", str(tmp_path / "clips"), "--output",
-                                          str(tmp_path / "o"), "--workers", "1", "--quiet"])  # fmt: skip
+    r = _within(
+        CliRunner().invoke,
+        cli,
+        ["convert", "--input", str(tmp_path / "clips"), "--output", str(tmp_path / "o"), "--workers", "1", "--quiet"],
+    )
     assert r.exit_code == 1 and "1_f_6.wav: is a FIFO" in r.output, r.output
     make_cifar_pickles(tmp_path / "cifar")
     (tmp_path / "cifar" / "cifar-10-batches-py" / "data_batch_3").unlink()
     os.mkfifo(tmp_path / "cifar" / "cifar-10-batches-py" / "data_batch_3")
-    r = _within(CliRunner().invoke, cli, ["convert", "--input", str(tmp_path / "cifar"), "--output",
-                                          str(tmp_path / "o2"), "--quiet"])  # fmt: skip
+    r = _within(
+        CliRunner().invoke,
+        cli,
+        ["convert", "--input", str(tmp_path / "cifar"), "--output", str(tmp_path / "o2"), "--quiet"],
+    )
     assert r.exit_code == 1 and "data_batch_3: is a FIFO" in r.output, r.output
 
 
@@ -117,6 +125,20 @@ def test_fifo_in_an_autoencoder_directory(image_vae, tmp_path):
     img = tmp_path / "in" / "cat"
     img.mkdir(parents=True)
     Image.fromarray(random_images(1)[0]).save(img / "a.png")
-    r = _within(CliRunner().invoke, cli, ["convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "o"),
-                                          "--vae", str(vae), "--device", "cpu", "--quiet"])  # fmt: skip
+    r = _within(
+        CliRunner().invoke,
+        cli,
+        [
+            "convert",
+            "--input",
+            str(tmp_path / "in"),
+            "--output",
+            str(tmp_path / "o"),
+            "--vae",
+            str(vae),
+            "--device",
+            "cpu",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 1 and f"{weights}: is a FIFO" in r.output, r.output

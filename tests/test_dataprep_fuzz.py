@@ -28,8 +28,15 @@ JSON = st.recursive(
 KEYS = ["kind", "sample_shape", "dtype", "count", "classes", "digest", "formats", "audio", "source", "resize"]
 # near-valid manifests: every required key present, each value random or a plausible one, so checks past the first
 # are reached
-PLAUSIBLE = {"kind": "image", "sample_shape": [2, 2, 3], "dtype": "uint8", "count": 1, "classes": ["a"],
-             "digest": {"total": "0", "chunk_size": 1, "chunks": []}, "formats": {"hdf5": {"files": []}}}  # fmt: skip
+PLAUSIBLE = {
+    "kind": "image",
+    "sample_shape": [2, 2, 3],
+    "dtype": "uint8",
+    "count": 1,
+    "classes": ["a"],
+    "digest": {"total": "0", "chunk_size": 1, "chunks": []},
+    "formats": {"hdf5": {"files": []}},
+}
 
 
 @FUZZ

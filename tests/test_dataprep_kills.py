@@ -54,8 +54,24 @@ def _wait_for(pattern: str, folder: Path, timeout: float = 60) -> Path:
 
 
 def _rerun(out: Path):
-    return CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "20", "--format", "hdf5",
-                                    "--workers", "1", "--quiet", "--overwrite", "--output", str(out)])  # fmt: skip
+    return CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            "20",
+            "--format",
+            "hdf5",
+            "--workers",
+            "1",
+            "--quiet",
+            "--overwrite",
+            "--output",
+            str(out),
+        ],
+    )
 
 
 def test_dead_conversions_are_cleared_live_ones_kept(tmp_path):

@@ -22,8 +22,12 @@ def test_audio_labels_from_folders(tmp_path):
     import soundfile as sf
 
     rng = np.random.default_rng(1)
-    specs = [("yes/1_a.flac", 44100, 2, 0.7), ("yes/b.wav", 8000, 1, 1.3), ("no/c.wav", 16000, 1, 0.4),
-             ("no/2_d.ogg", 22050, 2, 0.9)]  # fmt: skip
+    specs = [
+        ("yes/1_a.flac", 44100, 2, 0.7),
+        ("yes/b.wav", 8000, 1, 1.3),
+        ("no/c.wav", 16000, 1, 0.4),
+        ("no/2_d.ogg", 22050, 2, 0.9),
+    ]
     for name, rate, ch, secs in specs:
         (tmp_path / "in" / name).parent.mkdir(parents=True, exist_ok=True)
         t = np.arange(int(rate * secs)) / rate

@@ -46,10 +46,16 @@ def sand(tmp_path) -> Path:
 
 @pytest.mark.parametrize(
     "output, how",
-    [("sand", "holds"), ("sand/photos", "is"), ("sand/photos/bird", "lies inside"), ("sand/photos/new", "lies inside"),
-     ("link-to-sand", "holds"), ("link-to-photos", "is")],
+    [
+        ("sand", "holds"),
+        ("sand/photos", "is"),
+        ("sand/photos/bird", "lies inside"),
+        ("sand/photos/new", "lies inside"),
+        ("link-to-sand", "holds"),
+        ("link-to-photos", "is"),
+    ],
     ids=["parent", "input", "class-folder", "new-inside", "link-to-parent", "link-to-input"],
-)  # fmt: skip
+)
 def test_output_never_is_holds_or_lies_inside_the_input(sand, tmp_path, output, how):
     """--output the input, its parent, a folder in it, a new name in it, or a symbolic link to any of them: refused
     with --overwrite, naming the relation and the fix; every file of the input and beside it is unchanged."""
@@ -102,9 +108,13 @@ def test_overwrite_refuses_what_dataprep_did_not_write(tmp_path, case):
             (out / "more").symlink_to(tmp_path / "keep")
     names = sorted(p.name for p in out.iterdir())
     r = _convert("--source", "synthetic-images", "--limit", "5", "--output", str(out), "--overwrite")
-    reason = {"no-manifest": "it has no manifest.json", "foreign-manifest": "does not say dataprep wrote it",
-              "extra-file": "it holds thesis.tex, which its manifest does not list", "fifo-manifest": "FIFO",
-              "dir-link": "it holds a symbolic link, more"}[case]  # fmt: skip
+    reason = {
+        "no-manifest": "it has no manifest.json",
+        "foreign-manifest": "does not say dataprep wrote it",
+        "extra-file": "it holds thesis.tex, which its manifest does not list",
+        "fifo-manifest": "FIFO",
+        "dir-link": "it holds a symbolic link, more",
+    }[case]
     assert r.exit_code == 1 and reason in r.output and "--overwrite replaces only a directory" in r.output, r.output
     assert sorted(p.name for p in out.iterdir()) == names
 
@@ -146,8 +156,21 @@ cli(sys.argv[3:])
 def _killed_publish(out: Path, where: str, n: int) -> int:
     """A real conversion of n synthetic images replacing `out` (--overwrite), SIGKILLed by itself at `where`: before
     the first rename, between the two, or as it starts removing the old output. Returns its pid."""
-    args = ["convert", "--quiet", "--workers", "1", "--format", "hdf5", "--source", "synthetic-images", "--limit",
-            str(n), "--output", str(out), "--overwrite"]  # fmt: skip
+    args = [
+        "convert",
+        "--quiet",
+        "--workers",
+        "1",
+        "--format",
+        "hdf5",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        str(n),
+        "--output",
+        str(out),
+        "--overwrite",
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-c", KILLER, str(out), where, *args], env=env, stderr=subprocess.PIPE)
     _, err = proc.communicate(timeout=120)

@@ -34,8 +34,10 @@ def test_output_is_the_same_for_1_and_3_workers(tmp_path):
     manifests = {}
     for workers in (1, 3):
         out = tmp_path / f"o{workers}"
-        r = CliRunner().invoke(cli, ["convert", "--input", str(tmp_path / "in"), "--output", str(out), "--quiet",
-                                     "--workers", str(workers)])  # fmt: skip
+        r = CliRunner().invoke(
+            cli,
+            ["convert", "--input", str(tmp_path / "in"), "--output", str(out), "--quiet", "--workers", str(workers)],
+        )
         assert r.exit_code == 0, r.output
         manifests[workers] = json.loads((out / "manifest.json").read_text())
     one, three = manifests[1], manifests[3]
@@ -60,15 +62,31 @@ def test_timings_say_where_the_time_went(tmp_path):
     import and writer as seconds of its helper. The PNG files sit in one folder per 256 samples (one per encoding
     task), so worker processes do not create files in one directory together."""
     out = tmp_path / "out"
-    r = CliRunner().invoke(cli, ["convert", "--input", str(_folder(tmp_path / "in", 300)), "--output", str(out),
-                                 "--quiet", "--workers", "2", "--timings"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--input",
+            str(_folder(tmp_path / "in", 300)),
+            "--output",
+            str(out),
+            "--quiet",
+            "--workers",
+            "2",
+            "--timings",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "import FFCV" in r.stderr and "total" in r.stderr
     timings = json.loads((out / "manifest.json").read_text())["timings"]
     stages = timings["stages"]
     assert timings["workers"] == 2 and timings["wall_s"] > 0
-    for name, kind in [("decode (CPU-s over the workers)", "cpu"), ("files: encode (CPU-s over the workers)", "cpu"),
-                       ("ffcv: import FFCV", "wall"), ("ffcv: FFCV's writer", "wall")]:  # fmt: skip
+    for name, kind in [
+        ("decode (CPU-s over the workers)", "cpu"),
+        ("files: encode (CPU-s over the workers)", "cpu"),
+        ("ffcv: import FFCV", "wall"),
+        ("ffcv: FFCV's writer", "wall"),
+    ]:
         assert stages[name]["kind"] == kind and stages[name]["seconds"] > 0, name
     folders = sorted(p.name for p in (out / "files").iterdir() if p.is_dir())
     assert folders == ["00000", "00001"] and len(list((out / "files" / "00001").iterdir())) == 300 - 256
@@ -80,8 +98,21 @@ def test_a_failed_conversion_leaves_no_helper_running(tmp_path):
 
     src = _folder(tmp_path / "in", 20)
     (src / "c0" / "0002.png").write_bytes(b"not a png")
-    r = CliRunner().invoke(cli, ["convert", "--input", str(src), "--output", str(tmp_path / "out"), "--quiet",
-                                 "--workers", "2", "--format", "ffcv"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--input",
+            str(src),
+            "--output",
+            str(tmp_path / "out"),
+            "--quiet",
+            "--workers",
+            "2",
+            "--format",
+            "ffcv",
+        ],
+    )
     assert r.exit_code != 0 and "0002.png" in r.output
     assert not [p for p in mp.active_children() if p.name == "gpufeed-ffcv-writer"]
     assert not (tmp_path / "out").exists()

@@ -26,8 +26,9 @@ def _images(folder: Path, n: int) -> Path:
     (folder / "cat").mkdir(parents=True)
     rng = np.random.default_rng(0)
     for i in range(n):
-        Image.fromarray(rng.integers(0, 256, (32, 32, 3), np.uint8)).save(folder / "cat" / f"{i:05d}.png",
-                                                                          compress_level=0)  # fmt: skip
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), np.uint8)).save(
+            folder / "cat" / f"{i:05d}.png", compress_level=0
+        )
     return folder
 
 
@@ -40,8 +41,9 @@ def _start(tool: str, *args: str) -> tuple[subprocess.Popen, str]:
     """`python -m TOOL ARGS` as a user runs it; the marker in its environment finds every process it starts."""
     mark = uuid.uuid4().hex
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUFEED_TEST_MARK=mark)
-    proc = subprocess.Popen([sys.executable, "-m", tool, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", tool, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     return proc, mark
 
 
@@ -86,8 +88,21 @@ def test_an_encoder_error_ends_the_command(many_images, audio_vae, tmp_path):
     """RGB images into a 1-channel autoencoder, decoded by 2 workers: the error is printed and the command exits 1
     within 5 s of it, with nothing left (it printed the error and then waited for ever on its abandoned workers)."""
     out = tmp_path / "o"
-    proc, mark = _start("dataprep", "convert", "--input", str(many_images), "--output", str(out), "--vae",
-                        str(audio_vae), "--device", "cpu", "--workers", "2", "--quiet")  # fmt: skip
+    proc, mark = _start(
+        "dataprep",
+        "convert",
+        "--input",
+        str(many_images),
+        "--output",
+        str(out),
+        "--vae",
+        str(audio_vae),
+        "--device",
+        "cpu",
+        "--workers",
+        "2",
+        "--quiet",
+    )
     first = ""
     while "Error" not in first and proc.poll() is None:
         first = proc.stderr.readline().decode()
@@ -104,8 +119,19 @@ def test_a_dead_worker_is_an_error(many_images, tmp_path):
     """A decoding process SIGKILLed mid-conversion (as the out-of-memory killer would): exit 1 naming the death and
     the signal, no temporary output left, nothing left running. (With multiprocessing.Pool the lost result was
     waited for, for ever.)"""
-    proc, mark = _start("dataprep", "convert", "--input", str(many_images), "--output", str(tmp_path / "o"),
-                        "--format", "hdf5", "--workers", "2", "--quiet")  # fmt: skip
+    proc, mark = _start(
+        "dataprep",
+        "convert",
+        "--input",
+        str(many_images),
+        "--output",
+        str(tmp_path / "o"),
+        "--format",
+        "hdf5",
+        "--workers",
+        "2",
+        "--quiet",
+    )
     _workers(proc, mark, 2)[0].kill()
     code, err, took = _ended_within(proc, 60)
     assert code == 1 and "a worker process died" in err and "SIGKILL" in err, err
@@ -118,8 +144,9 @@ def test_a_dead_worker_is_an_error(many_images, tmp_path):
 def test_a_stop_signal_ends_convert_while_its_workers_hang(many_images, tmp_path, sig):
     """Both decoding processes SIGSTOPped (a hang: the conversion waits on them), then the signal: exit 128 + N
     within 5 s, the temporary output removed, no process left (stopped ones included)."""
-    proc, mark = _start("dataprep", "convert", "--input", str(many_images), "--output", str(tmp_path / "o"),
-                        "--workers", "2", "--quiet")  # fmt: skip
+    proc, mark = _start(
+        "dataprep", "convert", "--input", str(many_images), "--output", str(tmp_path / "o"), "--workers", "2", "--quiet"
+    )
     for worker in _workers(proc, mark, 2):
         worker.suspend()
     time.sleep(1.0)
@@ -152,9 +179,29 @@ def test_a_stop_signal_ends_bench_loaders(synthetic_images, tmp_path):
     configuration's processes gone, the finished results kept."""
     data = synthetic_images(1024, ("files", "hdf5"))
     out = tmp_path / "results"
-    proc, mark = _start("bench", "loaders", "--data", str(data), "--backends", "hdf5", "--workers", "0",
-                        "--pin-memory", "off", "--batch-size", "32", "--model", "tiny", "--steps", "100000",
-                        "--device", "cpu", "--out", str(out), "--no-progress")  # fmt: skip
+    proc, mark = _start(
+        "bench",
+        "loaders",
+        "--data",
+        str(data),
+        "--backends",
+        "hdf5",
+        "--workers",
+        "0",
+        "--pin-memory",
+        "off",
+        "--batch-size",
+        "32",
+        "--model",
+        "tiny",
+        "--steps",
+        "100000",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--no-progress",
+    )
     deadline = time.monotonic() + 120
     while not any("bench.grid.run_one" in " ".join(p.cmdline()) for p in _marked(mark, but=proc.pid)):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()

@@ -19,8 +19,11 @@ def test_the_group_loses_each_steps_longest_wait():
     got = waited_on(idle, span_s=1.0)
     assert got["starvation_any"] == pytest.approx(0.55)
     assert got["waited_on_rank"] == 2 and got["waited_on_share"] == pytest.approx(0.3 / 0.55)
-    assert waited_on([[0.0, 0.0], [0.0, 0.0]], 1.0) == {"starvation_any": 0.0, "waited_on_rank": None,
-                                                          "waited_on_share": None}  # fmt: skip
+    assert waited_on([[0.0, 0.0], [0.0, 0.0]], 1.0) == {
+        "starvation_any": 0.0,
+        "waited_on_rank": None,
+        "waited_on_share": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -72,8 +75,17 @@ def test_a_late_rank_is_named_and_its_wait_is_every_ranks(synthetic_images, tmp_
     loses the same time at every step. The figures name rank 1 and count its waits as the group's."""
     script = tmp_path / "slow_rank.py"
     script.write_text(SLOW_RANK)
-    job = Job([*TORCHRUN, "--standalone", "--nproc_per_node", "2", str(script), str(synthetic_images(256)),
-               str(tmp_path / "run")])  # fmt: skip
+    job = Job(
+        [
+            *TORCHRUN,
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            str(synthetic_images(256)),
+            str(tmp_path / "run"),
+        ]
+    )
     assert job.proc.wait(timeout=300) == 0, job.stderr[-3000:]
     s = json.loads("".join(job.out).strip().splitlines()[-1])
     own = {r["rank"]: r["starvation"] for r in s["ranks"]}

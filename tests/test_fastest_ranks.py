@@ -14,8 +14,19 @@ from bench.records.results import load_records
 def train(data, out, results) -> Job:
     opts = "--loader fastest --model tiny --batch-size 16 --steps 3 --precision fp32 --device cpu --sample-every 0"
     opts += " --ckpt-every 0 --no-progress --timing-warmup 1"
-    cmd = [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "-m", "training", "--data", str(data), "--out",
-           str(out), *opts.split()]  # fmt: skip
+    cmd = [
+        *TORCHRUN,
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "training",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        *opts.split(),
+    ]
     return Job(cmd, GPUFEED_BENCH_RESULTS=str(results))
 
 

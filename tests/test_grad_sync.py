@@ -44,8 +44,19 @@ def test_every_way_trains_as_ddp_does(synthetic_images, image_vae, tmp_path, mod
         from dataprep.convert import ConvertConfig, convert
 
         data = tmp_path / "latents"
-        convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), vae=str(image_vae),
-                              device="cpu", batch_size=32, workers=1, progress=False))  # fmt: skip
+        convert(
+            ConvertConfig(
+                output=data,
+                source="synthetic-images",
+                limit=64,
+                formats=("hdf5",),
+                vae=str(image_vae),
+                device="cpu",
+                batch_size=32,
+                workers=1,
+                progress=False,
+            )
+        )
     else:
         data = synthetic_images(64)
     script = tmp_path / "every_way.py"

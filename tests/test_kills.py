@@ -101,8 +101,11 @@ def test_a_dead_worker_stops_training_with_the_loader_named(cifar_small, tmp_pat
         from dataprep.convert import ConvertConfig, convert
 
         data = tmp_path / "files"
-        convert(ConvertConfig(output=data, source="synthetic-images", limit=256, formats=("files",), workers=1,
-                              progress=False))  # fmt: skip
+        convert(
+            ConvertConfig(
+                output=data, source="synthetic-images", limit=256, formats=("files",), workers=1, progress=False
+            )
+        )
     out = tmp_path / "run"
     proc = start(train_cmd(data, out, loader, 2, 100_000))
     wait_for_step(proc, out, 3)

@@ -131,8 +131,9 @@ def noise(x: torch.Tensor, stored: np.ndarray, view: np.ndarray) -> np.ndarray:
 
 
 def augmented_epoch(backend: str, data_dir: Path, e: int, seed: int = 0) -> torch.Tensor:
-    with build_loader(backend, data_dir, batch_size=16, workers=1, shuffle=False, augment=True, drop_last=False,
-                      seed=seed) as loader:  # fmt: skip
+    with build_loader(
+        backend, data_dir, batch_size=16, workers=1, shuffle=False, augment=True, drop_last=False, seed=seed
+    ) as loader:
         for skipped in range(e):  # DALI cannot jump to an epoch
             loader.set_epoch(skipped)
             list(loader)
@@ -186,8 +187,13 @@ def test_draws_are_the_same_in_another_process(latent_images, backend, tmp_path)
     for hash_seed in ("1", "2"):
         path = tmp_path / f"draw{hash_seed}.pt"
         env = os.environ | {"PYTHONHASHSEED": hash_seed}
-        subprocess.run([sys.executable, "-c", DRAW, backend, str(latent_images), str(path)], cwd=REPO, env=env,
-                       check=True, timeout=120)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-c", DRAW, backend, str(latent_images), str(path)],
+            cwd=REPO,
+            env=env,
+            check=True,
+            timeout=120,
+        )
         draws.append(torch.load(path, weights_only=True))
     assert draws[0].shape == (96, 4, 16, 16)
     assert torch.equal(draws[0], draws[1]), f"{backend}: the draws depend on the interpreter's hash seed"
@@ -210,8 +216,14 @@ def test_a_unet_directory_is_not_an_autoencoder(tmp_path):
     """A diffusers model directory of another class (a UNet2DModel) is refused, naming what it describes."""
     from diffusers import UNet2DModel
 
-    unet = UNet2DModel(sample_size=8, block_out_channels=(4, 8), norm_num_groups=4, layers_per_block=1,
-                       down_block_types=("DownBlock2D",) * 2, up_block_types=("UpBlock2D",) * 2)  # fmt: skip
+    unet = UNet2DModel(
+        sample_size=8,
+        block_out_channels=(4, 8),
+        norm_num_groups=4,
+        layers_per_block=1,
+        down_block_types=("DownBlock2D",) * 2,
+        up_block_types=("UpBlock2D",) * 2,
+    )
     unet.save_pretrained(tmp_path / "unet")
     out = tmp_path / "out"
     r = convert_cli(
@@ -298,8 +310,9 @@ def test_clips_of_ten_seconds_and_more_in_bounded_chunks(audio_vae, tmp_path, mo
     common = ["--source", "synthetic-audio", "--limit", "7", "--sample-rate", "16000", "--format", "hdf5"]
     for seconds, frames in (("10.24", 1024), ("12", 1200)):
         out = tmp_path / seconds
-        r = convert_cli(*common, "--clip-seconds", seconds, "--vae", str(audio_vae), "--batch-size", "2", "--output",
-                        str(out))  # fmt: skip
+        r = convert_cli(
+            *common, "--clip-seconds", seconds, "--vae", str(audio_vae), "--batch-size", "2", "--output", str(out)
+        )
         assert r.exit_code == 0, r.output
         m = load_manifest(out)
         assert m["latent"]["input"]["frames"] == frames and m["sample_shape"] == [1, 2, 8, frames // 4, 16]
@@ -392,8 +405,22 @@ def test_out_of_memory_on_one_sample_is_a_vae_error(latent_pixels, image_vae):
 def test_convert_with_vae_api_matches_cli(latent_images, image_vae, tmp_path):
     """The CLI and ConvertConfig write the same latents (the CLI passes --vae, --batch-size and --device through)."""
     out = tmp_path / "cli"
-    r = convert_cli("--source", "synthetic-images", "--limit", "96", "--format", "hdf5", "--output", str(out),
-                    "--vae", str(image_vae), "--device", "cpu", "--batch-size", "32")  # fmt: skip
+    r = convert_cli(
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "96",
+        "--format",
+        "hdf5",
+        "--output",
+        str(out),
+        "--vae",
+        str(image_vae),
+        "--device",
+        "cpu",
+        "--batch-size",
+        "32",
+    )
     assert r.exit_code == 0, r.output
     assert load_manifest(out)["digest"]["total"] == load_manifest(latent_images)["digest"]["total"]
 
@@ -411,19 +438,52 @@ if torch.distributed.is_initialized():  # left to the interpreter's shutdown, a 
 def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
     """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch and rank 0 writes one
     dataset whose digest equals one process's; the other rank writes nothing, and each leaves the group it joined."""
-    args = ["convert", "--source", "synthetic-images", "--limit", "100", "--vae", str(image_vae), "--batch-size", "16",
-            "--format", "hdf5", "--device", "cpu", "--quiet"]  # fmt: skip
+    args = [
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "100",
+        "--vae",
+        str(image_vae),
+        "--batch-size",
+        "16",
+        "--format",
+        "hdf5",
+        "--device",
+        "cpu",
+        "--quiet",
+    ]
     # one thread in every process: the CPU's convolutions round differently with another thread count, and a last
     # bit of one latent in fp16 differed between a 2-thread process and 1-thread ranks
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
-    single = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")],
-                            capture_output=True, text=True, env=env)  # fmt: skip
+    single = subprocess.run(
+        [sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert single.returncode == 0, single.stderr
     script = tmp_path / "ranks.py"
     script.write_text(RANKS_CONVERT)
-    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          str(script), *args, "--output", str(tmp_path / "two")], capture_output=True, text=True,
-                         env=env, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            *args,
+            "--output",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     one, two = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "two"))
     assert two["latent"]["encoded"]["processes"] == 2 and one["latent"]["encoded"]["processes"] == 1

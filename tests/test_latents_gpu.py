@@ -22,8 +22,19 @@ def sd_vae(tmp_path_factory):
 def _convert(out, vae, device, formats=("hdf5", "ffcv", "files"), limit=256, **kw):
     from dataprep.convert import ConvertConfig, convert
 
-    return convert(ConvertConfig(output=out, source="synthetic-images", limit=limit, formats=formats, vae=str(vae),
-                                 device=device, progress=False, workers=2, **kw))  # fmt: skip
+    return convert(
+        ConvertConfig(
+            output=out,
+            source="synthetic-images",
+            limit=limit,
+            formats=formats,
+            vae=str(vae),
+            device=device,
+            progress=False,
+            workers=2,
+            **kw,
+        )
+    )
 
 
 def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
@@ -91,8 +102,10 @@ def test_compiled_encoding_compiles_once_and_matches_eager(sd_vae, tmp_path):
     torch._dynamo.reset()
     with torch._dynamo.config.patch(error_on_recompile=True):  # a second shape would compile again: an error here
         compiled = _convert(tmp_path / "compiled", sd_vae, "cuda", ("hdf5",), limit=200, compile=True)
-    a, b = (np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / n, m, 1024)]).astype(np.float32)
-            for n, m in (("eager", eager), ("compiled", compiled)))  # fmt: skip
+    a, b = (
+        np.concatenate([c.x for c in module("hdf5").read_chunks(tmp_path / n, m, 1024)]).astype(np.float32)
+        for n, m in (("eager", eager), ("compiled", compiled))
+    )
     assert a.shape == b.shape == (200, 2, 2, 4, 4, 4)
     assert np.abs(a[:, :, 0] - b[:, :, 0]).max() <= 0.05 * np.abs(a[:, :, 0]).max()
 
@@ -105,8 +118,20 @@ def test_dit_b2_compiled_trains_on_cached_latents_and_online(sd_vae, tmp_path):
 
     _convert(tmp_path / "lat", sd_vae, "cuda")
     _convert_pixels(tmp_path / "px")
-    common = dict(model="dit_b2", batch_size=64, steps=8, precision="bf16", compile=True, device="cuda", workers=2,
-                  timing_warmup=2, ckpt_every=0, sample_every=0, log_every=8, progress=False)  # fmt: skip
+    common = dict(
+        model="dit_b2",
+        batch_size=64,
+        steps=8,
+        precision="bf16",
+        compile=True,
+        device="cuda",
+        workers=2,
+        timing_warmup=2,
+        ckpt_every=0,
+        sample_every=0,
+        log_every=8,
+        progress=False,
+    )
     for name, extra in {"gpu": {}, "ffcv": {}, "online": {"vae": str(sd_vae)}}.items():
         data = tmp_path / ("px" if extra else "lat")
         loader = "hdf5" if extra else name

@@ -52,16 +52,22 @@ def _cuda_case_has_its_library(request):
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     out = tmp_path_factory.mktemp("img") / "set"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=N_IMAGES, formats=WITH_STREAM, progress=False,
-                          workers=1))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out, source="synthetic-images", limit=N_IMAGES, formats=WITH_STREAM, progress=False, workers=1
+        )
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory):
     out = tmp_path_factory.mktemp("aud") / "set"
-    convert(ConvertConfig(output=out, source="synthetic-audio", limit=N_CLIPS, formats=WITH_STREAM, progress=False,
-                          workers=1))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out, source="synthetic-audio", limit=N_CLIPS, formats=WITH_STREAM, progress=False, workers=1
+        )
+    )
     return out
 
 
@@ -108,8 +114,17 @@ def test_equal_manifest_in_order(request, data, backend, workers, pin, device):
     latents the stored mean of the unmirrored view times the scaling factor (after the shift)."""
     data_dir = request.getfixturevalue(data)
     reference, gy = expected(data_dir)
-    with build_loader(backend, data_dir, batch_size=64, workers=workers, pin_memory=pin, device=device,
-                      shuffle=False, augment=False, drop_last=False) as loader:  # fmt: skip
+    with build_loader(
+        backend,
+        data_dir,
+        batch_size=64,
+        workers=workers,
+        pin_memory=pin,
+        device=device,
+        shuffle=False,
+        augment=False,
+        drop_last=False,
+    ) as loader:
         x, y, batches = epoch(loader)
     assert len(batches) == len(loader) == -(-len(gy) // 64)
     assert x.shape == reference.shape and x.dtype == torch.float32 and y.dtype == torch.int64
@@ -180,8 +195,19 @@ def test_shards_are_disjoint_and_cover(request, data, backend, device, world, dr
     for e in (0, 1):
         seen, batches = [], []
         for rank in range(world):
-            with build_loader(backend, data_dir, batch_size=bs, workers=1, device=device, shuffle=True, augment=False,
-                              drop_last=drop_last, seed=1, rank=rank, world_size=world) as loader:  # fmt: skip
+            with build_loader(
+                backend,
+                data_dir,
+                batch_size=bs,
+                workers=1,
+                device=device,
+                shuffle=True,
+                augment=False,
+                drop_last=drop_last,
+                seed=1,
+                rank=rank,
+                world_size=world,
+            ) as loader:
                 for skipped in range(e):  # DALI cannot jump to an epoch: it has to run through the earlier ones
                     epoch(loader, skipped)
                 x, _, got = epoch(loader, e)
@@ -201,8 +227,9 @@ def test_shards_are_disjoint_and_cover(request, data, backend, device, world, dr
 def test_flip_is_half_and_only_flips(images, backend, device):
     """augment=True mirrors about half the samples horizontally and changes nothing else."""
     gx, _ = truth(images)
-    with build_loader(backend, images, batch_size=50, workers=1, device=device, shuffle=False, augment=True,
-                      drop_last=False) as loader:  # fmt: skip
+    with build_loader(
+        backend, images, batch_size=50, workers=1, device=device, shuffle=False, augment=True, drop_last=False
+    ) as loader:
         x = to_uint8(epoch(loader)[0])
     same = np.array([np.array_equal(a, b) for a, b in zip(x, gx)])
     mirrored = np.array([np.array_equal(a, b[:, ::-1]) for a, b in zip(x, gx)])
@@ -252,17 +279,21 @@ def test_unknown_backend_and_missing_format(images, tmp_path):
     """Unknown names list the valid ones; a missing format names the dataprep command that makes it."""
     with pytest.raises(LoaderError, match="valid: torch, hdf5, ffcv, dali, gpu"):
         build_loader("tfrecord", images, batch_size=8)
-    convert(ConvertConfig(output=tmp_path / "h", source="synthetic-images", limit=20, formats=("hdf5",),
-                          progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(output=tmp_path / "h", source="synthetic-images", limit=20, formats=("hdf5",), progress=False)
+    )
     with pytest.raises(LoaderError, match="dataprep convert --format ffcv"):
         build_loader("ffcv", tmp_path / "h", batch_size=8)
 
 
 @pytest.mark.parametrize(
     "backend,module,extra,dataset",
-    [("ffcv", "ffcv", "ffcv", "images"), ("dali", "nvidia.dali", "dali", "images"),
-     ("torch", "soundfile", "audio", "clips")],
-)  # fmt: skip
+    [
+        ("ffcv", "ffcv", "ffcv", "images"),
+        ("dali", "nvidia.dali", "dali", "images"),
+        ("torch", "soundfile", "audio", "clips"),
+    ],
+)
 def test_missing_extra_is_named(request, monkeypatch, backend, module, extra, dataset):
     """Without an optional library installed, building the backend names the extra to install."""
     data_dir = request.getfixturevalue(dataset)
@@ -275,9 +306,13 @@ def test_missing_extra_is_named(request, monkeypatch, backend, module, extra, da
 
 @pytest.mark.parametrize(
     "option,message",
-    [({"batch_size": 0}, "batch_size must be at least 1"), ({"rank": 2, "world_size": 2}, r"rank must be in \[0"),
-     ({"workers": -1}, "workers must be 0"), ({"representation": "cqt"}, "'mel' or 'wave'")],
-)  # fmt: skip
+    [
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"rank": 2, "world_size": 2}, r"rank must be in \[0"),
+        ({"workers": -1}, "workers must be 0"),
+        ({"representation": "cqt"}, "'mel' or 'wave'"),
+    ],
+)
 def test_bad_options_are_refused(images, option, message):
     """Impossible options fail at build time with a message naming the option."""
     with pytest.raises(LoaderError, match=message):
@@ -288,8 +323,9 @@ def test_bad_options_are_refused(images, option, message):
 def test_hdf5_workers_any_start_method(images, context):
     """The HDF5 backend opens the file lazily in each worker, so every start method works."""
     gx, _ = truth(images)
-    with build_loader("hdf5", images, batch_size=100, workers=2, shuffle=False, augment=False, drop_last=False,
-                      mp_context=context) as loader:  # fmt: skip
+    with build_loader(
+        "hdf5", images, batch_size=100, workers=2, shuffle=False, augment=False, drop_last=False, mp_context=context
+    ) as loader:
         assert np.array_equal(to_uint8(epoch(loader)[0]), gx)
 
 
@@ -299,12 +335,21 @@ def test_real_data_equal_manifest(request, tmp_path, kind):
     """Real CIFAR-10 JPEGs and real spoken digits: every backend yields the manifest's samples exactly."""
     root = request.getfixturevalue("cifar_jpg_root" if kind == "cifar10" else "fsdd_root")
     source = root if kind == "cifar10" else root / "recordings"
-    convert(ConvertConfig(output=tmp_path / kind, input=source, limit=200, formats=WITH_STREAM, progress=False,
-                          workers=1))  # fmt: skip
+    convert(
+        ConvertConfig(output=tmp_path / kind, input=source, limit=200, formats=WITH_STREAM, progress=False, workers=1)
+    )
     gx, gy = truth(tmp_path / kind)
     for backend in ALL:
-        with build_loader(backend, tmp_path / kind, batch_size=64, workers=1, shuffle=False, augment=False,
-                          drop_last=False, representation="wave") as loader:  # fmt: skip
+        with build_loader(
+            backend,
+            tmp_path / kind,
+            batch_size=64,
+            workers=1,
+            shuffle=False,
+            augment=False,
+            drop_last=False,
+            representation="wave",
+        ) as loader:
             x, y, _ = epoch(loader)
         got = to_uint8(x) if kind == "cifar10" else x[:, 0].numpy()
         assert np.array_equal(got, gx) and np.array_equal(y.numpy(), gy), f"{backend} differs from the manifest"

@@ -40,8 +40,17 @@ def test_info_escapes_classes_command_source_and_skipped(tmp_path):
     root = _folder(tmp_path / f"in{CSI}", f"cat{OSC52}")
     (root / f"cat{OSC52}" / f"bad{CSI}.png").write_bytes(b"not a png")
     out = tmp_path / "o"
-    convert(ConvertConfig(output=out, input=root, formats=("hdf5",), workers=1, progress=False, on_bad_file="skip",
-                          command=f"dataprep convert {OSC52}"))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out,
+            input=root,
+            formats=("hdf5",),
+            workers=1,
+            progress=False,
+            on_bad_file="skip",
+            command=f"dataprep convert {OSC52}",
+        )
+    )
     r = CliRunner().invoke(cli, ["info", str(out)])
     assert r.exit_code == 0, r.output
     _clean(r.output)
@@ -55,8 +64,19 @@ def test_info_escapes_the_autoencoder_name(image_vae, tmp_path):
     vae = tmp_path / f"vae{OSC52}"
     shutil.copytree(image_vae, vae)
     out = tmp_path / "o"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=4, formats=("hdf5",), vae=str(vae),
-                          device="cpu", batch_size=4, workers=1, progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out,
+            source="synthetic-images",
+            limit=4,
+            formats=("hdf5",),
+            vae=str(vae),
+            device="cpu",
+            batch_size=4,
+            workers=1,
+            progress=False,
+        )
+    )
     r = CliRunner().invoke(cli, ["info", str(out)])
     assert r.exit_code == 0, r.output
     _clean(r.output)
@@ -72,12 +92,25 @@ def test_errors_quoting_names_escape_them(tmp_path):
     assert r.exit_code == 1 and "x\\x1b]52;" in r.output, r.output
     _clean(r.output)
     (tmp_path / f"taken{CSI}").write_text("a file")
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "2", "--output",
-                                 str(tmp_path / f"taken{CSI}"), "--overwrite", "--quiet"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            "2",
+            "--output",
+            str(tmp_path / f"taken{CSI}"),
+            "--overwrite",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 1 and "taken\\x1b[2J: exists and is not a directory" in r.output, r.output
     out = tmp_path / "set"
-    convert(ConvertConfig(output=out, source="synthetic-images", limit=4, formats=("files",), workers=1,
-                          progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(output=out, source="synthetic-images", limit=4, formats=("files",), workers=1, progress=False)
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["formats"]["files"]["files"].append({"path": f"files/{OSC52}.png", "bytes": 1, "sha256": "0" * 64})
     (out / "manifest.json").write_text(json.dumps(manifest))
@@ -97,9 +130,16 @@ def test_bench_report_and_train_summary_escape(tmp_path):
     r = CliRunner().invoke(bench_cli, ["report", str(results)])
     assert r.exit_code == 1 and "r\\x1b[2J" in r.output, r.output
     _clean(r.output)
-    rec = {"config": {"model": "tiny", "device": "cpu"}, "loader": {"workers": 2, "reason": f"chosen {OSC52}"},
-           "steps": 10, "wall_s": 3.0, "samples_per_s": np.float64(100.0), "final_loss": 0.5, "backend": "hdf5",
-           "files": {"summary": f"run{OSC52}/summary.json", "metrics": f"run{OSC52}/metrics.jsonl"}}  # fmt: skip
+    rec = {
+        "config": {"model": "tiny", "device": "cpu"},
+        "loader": {"workers": 2, "reason": f"chosen {OSC52}"},
+        "steps": 10,
+        "wall_s": 3.0,
+        "samples_per_s": np.float64(100.0),
+        "final_loss": 0.5,
+        "backend": "hdf5",
+        "files": {"summary": f"run{OSC52}/summary.json", "metrics": f"run{OSC52}/metrics.jsonl"},
+    }
     shown = "\n".join(lines(rec))
     _clean(shown)
     assert "chosen \\x1b]52;c;ZWNobyBoaQ==\\x07" in shown

@@ -44,8 +44,26 @@ def sd_vae(tmp_path_factory):
 
 def convert(nproc: int, cifar: Path, vae: Path, out: Path) -> tuple[dict, float, str]:
     """(manifest, wall seconds, stderr) of the issue's command on `nproc` GPUs (one plain process for 1)."""
-    args = ["-m", "dataprep", "convert", "--input", str(cifar / "train"), "--size", "256", "--limit", str(CONVERT_N),
-            "--format", "hdf5", "--vae", str(vae), "--batch-size", "64", "--output", str(out), "--quiet"]  # fmt: skip
+    args = [
+        "-m",
+        "dataprep",
+        "convert",
+        "--input",
+        str(cifar / "train"),
+        "--size",
+        "256",
+        "--limit",
+        str(CONVERT_N),
+        "--format",
+        "hdf5",
+        "--vae",
+        str(vae),
+        "--batch-size",
+        "64",
+        "--output",
+        str(out),
+        "--quiet",
+    ]
     cmd = [*TORCHRUN, "--standalone", "--nproc_per_node", str(nproc), *args] if nproc > 1 else [TORCHRUN[0], *args]
     t0 = time.perf_counter()
     job = Job(cmd)
@@ -73,10 +91,19 @@ def test_convert_vae_on_several_gpus_writes_what_one_gpu_writes(cifar_jpg_root, 
     assert many["latent"]["encoded"]["processes"] == nproc
     assert many["digest"]["total"] == one["digest"]["total"]
     pace = many["timings"]["encoded_per_s"] / one["timings"]["encoded_per_s"]
-    record(f"convert_vae_{nproc}gpus", {"images": CONVERT_N, "one_gpu_encoded_per_s": one["timings"]["encoded_per_s"],
-                                        "encoded_per_s": many["timings"]["encoded_per_s"], "pace_ratio": pace,
-                                        "one_gpu_wall_s": one_wall, "wall_s": wall, "wall_ratio": one_wall / wall,
-                                        "goal_4gpus": 3.6})  # fmt: skip
+    record(
+        f"convert_vae_{nproc}gpus",
+        {
+            "images": CONVERT_N,
+            "one_gpu_encoded_per_s": one["timings"]["encoded_per_s"],
+            "encoded_per_s": many["timings"]["encoded_per_s"],
+            "pace_ratio": pace,
+            "one_gpu_wall_s": one_wall,
+            "wall_s": wall,
+            "wall_ratio": one_wall / wall,
+            "goal_4gpus": 3.6,
+        },
+    )
     assert pace > 1.0, f"{nproc} GPUs encoded at {pace:.2f}x one GPU's pace"
 
 
@@ -141,8 +168,17 @@ def test_every_grad_sync_compiled_with_cuda_graphs_trains_as_ddp(synthetic_image
     needs(nproc)
     script = tmp_path / "every_way.py"
     script.write_text(EVERY_WAY)
-    job = Job([*TORCHRUN, "--standalone", "--nproc_per_node", str(nproc), str(script), str(synthetic_images(512)),
-               str(tmp_path)])  # fmt: skip
+    job = Job(
+        [
+            *TORCHRUN,
+            "--standalone",
+            "--nproc_per_node",
+            str(nproc),
+            str(script),
+            str(synthetic_images(512)),
+            str(tmp_path),
+        ]
+    )
     assert job.proc.wait(timeout=900) == 0, job.stderr[-4000:]
     runs = json.loads("".join(job.out).strip().splitlines()[-1])
     record(f"grad_sync_compiled_{nproc}gpus", runs)

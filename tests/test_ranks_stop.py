@@ -18,8 +18,25 @@ PEER_TIMEOUT = "5"  # seconds of silence before the others give up on a rank (30
 
 
 def convert_job(image_vae, out, limit: int = 20_000) -> Job:
-    args = ["convert", "--source", "synthetic-images", "--limit", str(limit), "--vae", str(image_vae), "--batch-size",
-            "16", "--format", "hdf5", "--device", "cpu", "--workers", "1", "--output", str(out)]  # fmt: skip
+    args = [
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        str(limit),
+        "--vae",
+        str(image_vae),
+        "--batch-size",
+        "16",
+        "--format",
+        "hdf5",
+        "--device",
+        "cpu",
+        "--workers",
+        "1",
+        "--output",
+        str(out),
+    ]
     cmd = [*TORCHRUN, "--standalone", "--nproc_per_node", "2", "--max-restarts", "0", "-m", "dataprep", *args]
     return Job(cmd, GPUFEED_PEER_TIMEOUT=PEER_TIMEOUT)
 
@@ -126,9 +143,24 @@ def test_sigterm_to_torchrun_writes_one_checkpoint(data, uninterrupted, tmp_path
 
 
 def node(port: int, rank: int, data, out, *extra: str) -> list[str]:
-    return [*TORCHRUN, "--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-            f"127.0.0.1:{port}", "--rdzv-id", "gpufeed-test", "--max-restarts", "0", "--node-rank", str(rank),
-            *train_args(data, out, STEPS, "--ckpt-every", "2", *extra)]  # fmt: skip
+    return [
+        *TORCHRUN,
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "gpufeed-test",
+        "--max-restarts",
+        "0",
+        "--node-rank",
+        str(rank),
+        *train_args(data, out, STEPS, "--ckpt-every", "2", *extra),
+    ]
 
 
 @pytest.mark.slow

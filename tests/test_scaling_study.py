@@ -24,8 +24,12 @@ def test_a_traces_breakdown_per_step(tmp_path):
     each."""
     ms = 1000.0  # the trace's unit is the microsecond
     kernel = lambda name, a, b, cat="kernel": {"ph": "X", "cat": cat, "name": name, "ts": a * ms, "dur": (b - a) * ms}  # noqa: E731
-    events = [kernel("conv", 0, 8), kernel("conv", 10, 18), kernel("ncclDevKernel_AllReduce", 6, 12),
-              kernel("Memcpy HtoD", 18, 18.5, "gpu_memcpy")]  # fmt: skip
+    events = [
+        kernel("conv", 0, 8),
+        kernel("conv", 10, 18),
+        kernel("ncclDevKernel_AllReduce", 6, 12),
+        kernel("Memcpy HtoD", 18, 18.5, "gpu_memcpy"),
+    ]
     events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 0, "dur": 1}] * 3
     events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 1}] * 4
     path = tmp_path / "trace.json.gz"

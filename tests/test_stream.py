@@ -36,8 +36,23 @@ def small_shards():
 def remote(seaweed, small_shards) -> str:
     """N synthetic images in hdf5 (the ground truth) and stream, converted straight to s3://BUCKET/images."""
     url = f"s3://{seaweed.bucket()}/images"
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", str(N), "--format",
-                                 "hdf5,stream", "--output", url, "--quiet", "--workers", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            str(N),
+            "--format",
+            "hdf5,stream",
+            "--output",
+            url,
+            "--quiet",
+            "--workers",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return url
 
@@ -184,9 +199,24 @@ def test_ddp_ranks_get_equal_batches_and_disjoint_samples(remote, tmp_path):
     script.write_text(RANK_SCRIPT)
     repo = Path(__file__).resolve().parents[1]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo)}
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                        str(script), remote, str(tmp_path)], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=600)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            str(script),
+            remote,
+            str(tmp_path),
+        ],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
     for epoch in ("0", "1"):

@@ -38,8 +38,23 @@ def small_shards():
 @pytest.fixture(scope="module")
 def remote(seaweed, small_shards) -> str:
     url = f"s3://{seaweed.bucket()}/faults"
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "600", "--format", "stream",
-                                 "--output", url, "--quiet", "--workers", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            "600",
+            "--format",
+            "stream",
+            "--output",
+            url,
+            "--quiet",
+            "--workers",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     return url
 
@@ -60,9 +75,26 @@ def test_no_server_names_the_endpoint_within_10_s(monkeypatch, tmp_path):
     assert time.monotonic() - t0 < 10
     env = os.environ | {"AWS_ENDPOINT_URL": endpoint}
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "training", "--data", "s3://data/set", "--loader", "stream", "--device",
-                        "cpu", "--out", str(tmp_path / "run"), "--no-progress"], capture_output=True, text=True,
-                       env=env, cwd=REPO)  # fmt: skip
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training",
+            "--data",
+            "s3://data/set",
+            "--loader",
+            "stream",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "run"),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     assert r.returncode != 0 and endpoint in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
     assert time.monotonic() - t0 < 60  # the interpreter's start (torch) included; the failure itself took seconds
     r = CliRunner().invoke(cli, ["info", "s3://data/set"])
@@ -85,8 +117,21 @@ def test_missing_bucket_and_prefix_are_named(seaweed, remote):
     bucket = remote.split("/")[2]
     with pytest.raises(LoaderError, match=rf"s3://{bucket}/elsewhere: no dataset there \(no manifest.json"):
         build_loader("stream", f"s3://{bucket}/elsewhere", **kw())
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "10", "--format", "stream",
-                                 "--output", "s3://no-such-bucket/x", "--quiet"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            "10",
+            "--format",
+            "stream",
+            "--output",
+            "s3://no-such-bucket/x",
+            "--quiet",
+        ],
+    )
     assert r.exit_code == 1 and "bucket 'no-such-bucket' does not exist" in r.output
 
 
@@ -95,8 +140,23 @@ def damaged(seaweed, small_shards) -> tuple[str, str]:
     """A dataset of its own whose fourth shard has one byte changed in the store (same size): (url, shard key)."""
     bucket = seaweed.bucket()
     url = f"s3://{bucket}/damaged"
-    r = CliRunner().invoke(cli, ["convert", "--source", "synthetic-images", "--limit", "300", "--format", "stream",
-                                 "--output", url, "--quiet", "--workers", "1"])  # fmt: skip
+    r = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            "--source",
+            "synthetic-images",
+            "--limit",
+            "300",
+            "--format",
+            "stream",
+            "--output",
+            url,
+            "--quiet",
+            "--workers",
+            "1",
+        ],
+    )
     assert r.exit_code == 0, r.output
     s3 = seaweed.client()
     key = "damaged/stream/chunk-0-3.bin"

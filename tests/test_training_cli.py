@@ -99,8 +99,17 @@ def _audio(tmp_path, name: str, **convert_options):
     from dataprep.convert import ConvertConfig, convert
 
     out = tmp_path / name
-    convert(ConvertConfig(output=out, source="synthetic-audio", limit=16, formats=("files",), workers=1, progress=False,
-                          **convert_options))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=out,
+            source="synthetic-audio",
+            limit=16,
+            formats=("files",),
+            workers=1,
+            progress=False,
+            **convert_options,
+        )
+    )
     return out
 
 

@@ -97,8 +97,14 @@ def test_torchrun_stopped_and_resumed_matches_an_uninterrupted_run(data, tmp_pat
     assert whole.returncode == 0, whole.stderr[-3000:]
 
     out = tmp_path / "stopped"
-    proc = subprocess.Popen([*two, *train_args(data, out, steps, "cpu", "--ckpt-every", "1000")], cwd=REPO, env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*two, *train_args(data, out, steps, "cpu", "--ckpt-every", "1000")],
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= 3:
@@ -131,10 +137,32 @@ def test_two_nodes_meet_through_c10d_rendezvous(data, tmp_path):
     test_loaders_conformance checks per backend), the ranks stay in step (equal parameters), and rank 0's checkpoint
     holds both ranks' RNG states."""
     port, out = free_port(), tmp_path / "run"  # --out on a file system both nodes see, as a shared one would be
-    node = [*TORCHRUN, "--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "gpufeed-test", "--max-restarts", "0"]  # fmt: skip
-    procs = [subprocess.Popen([*node, "--node-rank", str(i), *train_args(data, out, 6)], cwd=REPO, env=env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in (0, 1)]  # fmt: skip
+    node = [
+        *TORCHRUN,
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "gpufeed-test",
+        "--max-restarts",
+        "0",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*node, "--node-rank", str(i), *train_args(data, out, 6)],
+            cwd=REPO,
+            env=env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in (0, 1)
+    ]
     results = [p.communicate(timeout=240) for p in procs]
     for p, (_, err) in zip(procs, results):
         assert p.returncode == 0, err[-3000:]

@@ -130,8 +130,23 @@ def test_vae_on_latent_data_is_refused(latent_images, image_vae, tmp_path):
     with pytest.raises(DataError, match=r"holds latents, already encoded by .*image; drop --vae"):
         main(dit_cfg(latent_images, tmp_path / "run", vae=str(image_vae)))
     assert not (tmp_path / "run" / CKPT_NAME).exists()
-    args = ["--data", str(latent_images), "--out", str(tmp_path / "cli"), "--vae", str(image_vae), "--loader", "gpu",
-            "--model", "dit_tiny", "--device", "cpu", "--steps", "2", "--no-progress"]  # fmt: skip
+    args = [
+        "--data",
+        str(latent_images),
+        "--out",
+        str(tmp_path / "cli"),
+        "--vae",
+        str(image_vae),
+        "--loader",
+        "gpu",
+        "--model",
+        "dit_tiny",
+        "--device",
+        "cpu",
+        "--steps",
+        "2",
+        "--no-progress",
+    ]
     r = CliRunner().invoke(train, args)
     assert r.exit_code == 1 and "drop --vae" in r.output and "Traceback" not in r.output, r.output
 
@@ -141,8 +156,10 @@ def test_vae_with_fastest_loader_is_refused(latent_pixels, image_vae, tmp_path):
     traceback) and from TrainConfig."""
     with pytest.raises(ValueError, match="--loader fastest does not measure --vae runs; pass a backend name"):
         TrainConfig(data=latent_pixels, vae=str(image_vae), loader="fastest")
-    r = CliRunner().invoke(train, ["--data", str(latent_pixels), "--out", str(tmp_path / "run"), "--vae",
-                                   str(image_vae), "--device", "cpu"])  # fmt: skip
+    r = CliRunner().invoke(
+        train,
+        ["--data", str(latent_pixels), "--out", str(tmp_path / "run"), "--vae", str(image_vae), "--device", "cpu"],
+    )
     assert r.exit_code == 2 and "--loader fastest does not measure --vae runs" in r.output, (r.output, r.exception)
     assert not (tmp_path / "run").exists()
 
@@ -169,8 +186,18 @@ def test_sample_grid_without_its_autoencoder_shows_latents(image_vae, tmp_path, 
     from dataprep.convert import ConvertConfig, convert
 
     vae = shutil.copytree(image_vae, tmp_path / "vae")
-    convert(ConvertConfig(output=tmp_path / "data", source="synthetic-images", limit=32, formats=("hdf5",),
-                          vae=str(vae), device="cpu", progress=False, workers=1))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=tmp_path / "data",
+            source="synthetic-images",
+            limit=32,
+            formats=("hdf5",),
+            vae=str(vae),
+            device="cpu",
+            progress=False,
+            workers=1,
+        )
+    )
     shutil.rmtree(vae)
     main(dit_cfg(tmp_path / "data", tmp_path / "run", steps=4, sample_every=2, sample_count=4, sample_steps=3))
     with Image.open(tmp_path / "run" / "samples" / "step0000004.png") as im:

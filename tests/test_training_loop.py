@@ -86,8 +86,18 @@ def test_host_runs_ahead_of_the_gpu(cifar_small, tmp_path):
     the previous one (Tensor.item() made this 100% behind). At batch 128 an eager ddpm_cifar10 step takes the host
     longer to launch (~60-90 ms measured on the H100) than the GPU to run, so the host is rightly behind there; at batch
     512 the GPU's work is ~4x larger and the launches are the same."""
-    cfg = tiny_cfg(cifar_small, tmp_path / "run", model="ddpm_cifar10", batch_size=512, steps=30, timing_warmup=10,
-                   precision="bf16", device="cuda", log_every=30, ckpt_every=0)  # fmt: skip
+    cfg = tiny_cfg(
+        cifar_small,
+        tmp_path / "run",
+        model="ddpm_cifar10",
+        batch_size=512,
+        steps=30,
+        timing_warmup=10,
+        precision="bf16",
+        device="cuda",
+        log_every=30,
+        ckpt_every=0,
+    )
     s = main(cfg)
     assert len(s.losses) == 30 and all(0 < v < 10 for v in s.losses)
     assert s.starvation["host_behind"] < 0.2 and s.starvation["starvation"] < 0.01, s.starvation

@@ -67,8 +67,9 @@ def test_a_resumed_dali_run_says_its_order_differs(tmp_path, capsys):
     from dataprep.convert import ConvertConfig, convert
 
     data = tmp_path / "data"
-    convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("dali",), workers=1,
-                          progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("dali",), workers=1, progress=False)
+    )
     cfg = short_cfg(data, tmp_path / "run", loader="dali", steps=2)
     main(cfg)
     assert "chooses its own shuffle" not in capsys.readouterr().err
@@ -92,8 +93,15 @@ def test_a_stop_signal_checkpoints_and_exits_cleanly(cifar_small, tmp_path, load
     args = ["--data", str(cifar_small), "--out", str(out), *opts.split()]
     # one thread: OpenMP's spinning threads on a loaded machine stretched a tiny step past the 4 s a stop may take
     env = os.environ | {"OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "training", *args], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         metrics = out / "metrics.jsonl"

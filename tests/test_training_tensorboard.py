@@ -22,12 +22,30 @@ def test_scalars_and_sample_grids_are_written(tmp_path):
     from training.metrics import BOARD_TAGS
 
     data = tmp_path / "img"
-    convert(ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), workers=1,
-                          progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(output=data, source="synthetic-images", limit=64, formats=("hdf5",), workers=1, progress=False)
+    )
     run = tmp_path / "run"
-    cfg = TrainConfig(data=data, loader="gpu", model="tiny", batch_size=8, steps=4, precision="fp32", device="cpu",
-                      workers=0, pin_memory=False, log_every=2, sample_every=4, sample_count=4, sample_steps=2,
-                      ckpt_every=0, timing_warmup=0, progress=False, tensorboard=True, out=run)  # fmt: skip
+    cfg = TrainConfig(
+        data=data,
+        loader="gpu",
+        model="tiny",
+        batch_size=8,
+        steps=4,
+        precision="fp32",
+        device="cpu",
+        workers=0,
+        pin_memory=False,
+        log_every=2,
+        sample_every=4,
+        sample_count=4,
+        sample_steps=2,
+        ckpt_every=0,
+        timing_warmup=0,
+        progress=False,
+        tensorboard=True,
+        out=run,
+    )
     main(cfg)
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"images": 0, "scalars": 0}).Reload()

@@ -98,9 +98,14 @@ def test_a_manifest_entry_leading_out_is_refused_by_verify(data, how):
 
 @pytest.mark.parametrize(
     "backend, rel",
-    [("torch", "files/00000/00000001.png"), ("hdf5", "data.h5"), ("gpu", "data.h5"), ("ffcv", "data.beton"),
-     ("dali", "dali/shard-00000.idx")],
-)  # fmt: skip
+    [
+        ("torch", "files/00000/00000001.png"),
+        ("hdf5", "data.h5"),
+        ("gpu", "data.h5"),
+        ("ffcv", "data.beton"),
+        ("dali", "dali/shard-00000.idx"),
+    ],
+)
 def test_a_listed_file_linking_out_is_refused_at_loader_open(data, tmp_path, backend, rel):
     """`train` refuses, at the loader's open, a listed file of its format that links out of the directory, naming
     the entry and manifest.json; the target is the real file, so without the check training would run."""
@@ -141,8 +146,9 @@ def test_an_index_row_naming_a_fifo_outside_is_never_opened(data):
     os.mkfifo(fifo)
     replace_first_row(data, "../../elsewhere/fifo.png")
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    r = subprocess.run([sys.executable, "-m", "dataprep", "verify", str(data)], capture_output=True, text=True,
-                       timeout=120, env=env)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "dataprep", "verify", str(data)], capture_output=True, text=True, timeout=120, env=env
+    )
     assert r.returncode == 1 and "'../../elsewhere/fifo.png'" in r.stderr and RULE in r.stderr
 
 
@@ -162,12 +168,34 @@ def bench_record(results: Path, name: str = "hdf5-w0", model: str = "tiny") -> P
     """A finished loader run as bench.run_one writes it, with the fields report and fastest read."""
     from bench.grid.job import Job
 
-    job = Job(kind="loader", data="d", backend="hdf5", workers=0, pin_memory=False, batch_size=64, model=model,
-              steps=10, warmup=2, device="cpu", cpus=None, compile=False, grid_id="20261122T100000Z")  # fmt: skip
-    starvation = {"starvation": 0.001, "source": "host-wait", "wait_median_ms": 1.0, "wait_p95_ms": 1.0,
-                  "wait_max_ms": 1.0}  # fmt: skip
-    rec = {"name": name, "job": job.to_dict(), "data": {"digest": "ab" * 32},
-           "figures": {"samples_per_s": 1000.0, "cpu_cores": 1.0, "starvation": starvation}}  # fmt: skip
+    job = Job(
+        kind="loader",
+        data="d",
+        backend="hdf5",
+        workers=0,
+        pin_memory=False,
+        batch_size=64,
+        model=model,
+        steps=10,
+        warmup=2,
+        device="cpu",
+        cpus=None,
+        compile=False,
+        grid_id="20261122T100000Z",
+    )
+    starvation = {
+        "starvation": 0.001,
+        "source": "host-wait",
+        "wait_median_ms": 1.0,
+        "wait_p95_ms": 1.0,
+        "wait_max_ms": 1.0,
+    }
+    rec = {
+        "name": name,
+        "job": job.to_dict(),
+        "data": {"digest": "ab" * 32},
+        "figures": {"samples_per_s": 1000.0, "cpu_cores": 1.0, "starvation": starvation},
+    }
     results.mkdir(parents=True, exist_ok=True)
     (results / f"{name}.json").write_text(json.dumps(rec))
     return results / f"{name}.json"
@@ -178,8 +206,15 @@ def bench_data(tmp_path) -> Path:
     """A manifest whose digest matches the records, so `fastest` takes them."""
     d = tmp_path / "bench-data"
     d.mkdir()
-    m = {"kind": "image", "formats": {"hdf5": {}}, "digest": {"total": "ab" * 32}, "sample_shape": [32, 32, 3],
-         "dtype": "uint8", "count": 1000, "classes": ["a", "b"]}  # fmt: skip
+    m = {
+        "kind": "image",
+        "formats": {"hdf5": {}},
+        "digest": {"total": "ab" * 32},
+        "sample_shape": [32, 32, 3],
+        "dtype": "uint8",
+        "count": 1000,
+        "classes": ["a", "b"],
+    }
     (d / "manifest.json").write_text(json.dumps(m))
     return d
 

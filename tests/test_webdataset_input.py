@@ -66,8 +66,16 @@ def test_local_shards_into_every_format_with_labels_and_captions(tmp_path):
     sorted numerically), captions in the stream shards and the manifest's schema."""
     truth = write_shards(tmp_path / "shards")
     out = tmp_path / "out"
-    r = convert(["--input", str(tmp_path / "shards" / "{00000..00002}.tar"), "--output", str(out), "--format",
-                 "hdf5,dali,stream"])  # fmt: skip
+    r = convert(
+        [
+            "--input",
+            str(tmp_path / "shards" / "{00000..00002}.tar"),
+            "--output",
+            str(out),
+            "--format",
+            "hdf5,dali,stream",
+        ]
+    )
     assert r.exit_code == 0, r.output
     m = load_manifest(out)
     assert m["count"] == N_SHARDS * PER_SHARD and m["classes"] == ["0", "5", "10"]
@@ -87,8 +95,9 @@ def test_size_resizes_mixed_sizes_and_bad_members_are_named(tmp_path):
     write_shards(tmp_path / "shards", sizes)
     r = convert(["--input", str(tmp_path / "shards"), "--output", str(tmp_path / "o"), "--format", "hdf5"])
     assert r.exit_code == 1 and "--size" in r.output
-    r = convert(["--input", str(tmp_path / "shards"), "--output", str(tmp_path / "o"), "--format", "hdf5", "--size",
-                 "8"])  # fmt: skip
+    r = convert(
+        ["--input", str(tmp_path / "shards"), "--output", str(tmp_path / "o"), "--format", "hdf5", "--size", "8"]
+    )
     assert r.exit_code == 0, r.output
     assert load_manifest(tmp_path / "o")["sample_shape"] == [8, 8, 3]
     write_shards(tmp_path / "bad", broken=9)
@@ -102,8 +111,12 @@ def test_s3_shards_convert_as_local_ones(seaweed, tmp_path):
     bucket, s3 = seaweed.bucket(), seaweed.client()
     for p in sorted((tmp_path / "shards").glob("*.tar")):
         s3.upload_file(str(p), bucket, f"wds/{p.name}")
-    assert convert(["--input", str(tmp_path / "shards"), "--output", str(tmp_path / "local"), "--format",
-                    "hdf5"]).exit_code == 0  # fmt: skip
+    assert (
+        convert(
+            ["--input", str(tmp_path / "shards"), "--output", str(tmp_path / "local"), "--format", "hdf5"]
+        ).exit_code
+        == 0
+    )
     digest = load_manifest(tmp_path / "local")["digest"]["total"]
     for source in (f"s3://{bucket}/wds/{{00000..00002}}.tar", f"s3://{bucket}/wds"):
         out = tmp_path / f"remote{len(source)}"

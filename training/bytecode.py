@@ -53,5 +53,7 @@ def keep_bytecode(compile_cache: Path, package: str = "torch") -> str | None:
     # the compiler's workers and the loader's processes are new interpreters: they read the bytecode there too, and
     # leave the writing to this process (where PYTHONDONTWRITEBYTECODE says so), which imports what they import
     os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
-    return (f"Python bytecode kept in {folder}: none is kept beside {package}'s sources here (PYTHONDONTWRITEBYTECODE "
-            f"or read-only site-packages), and compiling them again costs every start seconds")  # fmt: skip
+    return (
+        f"Python bytecode kept in {folder}: none is kept beside {package}'s sources here (PYTHONDONTWRITEBYTECODE "
+        f"or read-only site-packages), and compiling them again costs every start seconds"
+    )

@@ -67,8 +67,10 @@ def data_spec(cfg: TrainConfig, injected: bool = False) -> DataSpec:
     kind = manifest.get("kind", "image")
     if kind == "latent":
         if cfg.vae:
-            raise DataError(f"{cfg.data} holds latents, already encoded by {manifest['latent']['vae']['name']}; drop "
-                            "--vae (it encodes pixel or clip data inside the training step)")  # fmt: skip
+            raise DataError(
+                f"{cfg.data} holds latents, already encoded by {manifest['latent']['vae']['name']}; drop "
+                "--vae (it encodes pixel or clip data inside the training step)"
+            )
         shape = tuple(manifest["latent"]["shape"])
     elif kind == "audio":
         audio = manifest.get("audio") or {}
@@ -86,18 +88,25 @@ def check_fits(model, shape: tuple[int, ...], data: Path, model_name: str, kind:
         if shape[-3:] == (model.in_channels, *model.input_size):
             return
         built = "x".join(map(str, (model.in_channels, *model.input_size)))
-        raise DataError(f"{data}: samples are {'x'.join(map(str, shape[-3:]))} (channels x height x width), but "
-                        f"--model {model_name} was built for {built}")  # fmt: skip
+        raise DataError(
+            f"{data}: samples are {'x'.join(map(str, shape[-3:]))} (channels x height x width), but "
+            f"--model {model_name} was built for {built}"
+        )
     down = 2 ** (len(model.ch_mult) - 1)  # each level halves height and width, and the up path must meet its skips
     channels, height, width = shape[-3:]
     if channels == model.in_channels and height % down == 0 and width % down == 0:
         return
-    audio = "" if kind != "audio" else (
-        f"; for audio the width is the log-mel frames, samples per clip // {HOP}: convert with a --clip-seconds that "
-        f"gives a multiple of {down} frames (1.024 s at 16 kHz gives 64)")  # fmt: skip
+    audio = ""
+    if kind == "audio":
+        audio = (
+            f"; for audio the width is the log-mel frames, samples per clip // {HOP}: convert with a --clip-seconds "
+            f"that gives a multiple of {down} frames (1.024 s at 16 kHz gives 64)"
+        )
     takes = f"{model.in_channels} channels and a height and width divisible by {down}"
-    raise DataError(f"{data}: samples are {channels}x{height}x{width} (channels x height x width), but --model "
-                    f"{model_name} takes {takes}{audio}")  # fmt: skip
+    raise DataError(
+        f"{data}: samples are {channels}x{height}x{width} (channels x height x width), but --model "
+        f"{model_name} takes {takes}{audio}"
+    )
 
 
 @dataclass
@@ -152,17 +161,36 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1, en
 
     from dataprep.stopping import Stopped
 
-    cmd = [sys.executable, "-m", "bench", "fastest", "--json", "--data", str(cfg.data), "--model", model,
-           "--batch-size", str(cfg.batch_size), "--nproc", str(world_size), "--device", device,
-           "--precision", cfg.precision, "--compile" if cfg.compile else "--no-compile"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench",
+        "fastest",
+        "--json",
+        "--data",
+        str(cfg.data),
+        "--model",
+        model,
+        "--batch-size",
+        str(cfg.batch_size),
+        "--nproc",
+        str(world_size),
+        "--device",
+        device,
+        "--precision",
+        cfg.precision,
+        "--compile" if cfg.compile else "--no-compile",
+    ]
     child_env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_ERROR_FILE"} | (env or {})
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=child_env)
     signum = {130: signal.SIGINT, -signal.SIGINT: signal.SIGINT, 143: signal.SIGTERM, -signal.SIGTERM: signal.SIGTERM}
     if out.returncode in signum:  # Ctrl-C reached bench too (one process group): the user stopped both
         raise Stopped(signum[out.returncode])
     if out.returncode != 0:
-        raise DataError(f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
-                        f"with a backend name to train without it")  # fmt: skip
+        raise DataError(
+            f"`{' '.join(cmd[2:])}` failed (exit {out.returncode}, its error is above); pass --loader "
+            f"with a backend name to train without it"
+        )
     c = json.loads(out.stdout.strip().splitlines()[-1])
     return LoaderChoice(c["backend"], c["workers"], c["pin_memory"], c["reason"])
 

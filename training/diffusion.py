@@ -15,8 +15,11 @@ class GaussianDiffusion(nn.Module):
         betas = torch.linspace(beta_start, beta_end, T, dtype=torch.float64)
         alpha_bar = torch.cumprod(1 - betas, 0)
         # float64 for the schedule: 1 - alpha_bar near t=0 loses digits in float32
-        for name, value in {"betas": betas, "alpha_bar": alpha_bar,
-                            "alpha_bar_prev": F.pad(alpha_bar[:-1], (1, 0), value=1.0)}.items():  # fmt: skip
+        for name, value in {
+            "betas": betas,
+            "alpha_bar": alpha_bar,
+            "alpha_bar_prev": F.pad(alpha_bar[:-1], (1, 0), value=1.0),
+        }.items():
             self.register_buffer(name, value.float(), persistent=False)
 
     def _at(self, values: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -27,8 +30,13 @@ class GaussianDiffusion(nn.Module):
         ab = self._at(self.alpha_bar, t)
         return ab.sqrt() * x0 + (1 - ab).sqrt() * noise
 
-    def loss(self, model: nn.Module, x0: torch.Tensor, generator: torch.Generator | None = None,
-             y: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def loss(
+        self,
+        model: nn.Module,
+        x0: torch.Tensor,
+        generator: torch.Generator | None = None,
+        y: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The simplified objective: || eps - eps_theta(x_t, t[, y]) ||^2 with t uniform; y for class-conditional
         models."""
         t = torch.randint(0, self.T, (x0.shape[0],), device=x0.device, generator=generator)
@@ -38,8 +46,13 @@ class GaussianDiffusion(nn.Module):
         return F.mse_loss(pred.float(), noise.float())
 
     @torch.no_grad()
-    def sample(self, model: nn.Module, shape: tuple[int, ...], generator: torch.Generator | None = None,
-               device: str | torch.device = "cpu") -> torch.Tensor:  # fmt: skip
+    def sample(
+        self,
+        model: nn.Module,
+        shape: tuple[int, ...],
+        generator: torch.Generator | None = None,
+        device: str | torch.device = "cpu",
+    ) -> torch.Tensor:
         """Ancestral sampling over all T steps, sigma_t^2 = beta_t (the paper's CIFAR-10 choice)."""
         x = torch.randn(shape, device=device, generator=generator)
         for i in reversed(range(self.T)):
@@ -52,9 +65,17 @@ class GaussianDiffusion(nn.Module):
         return x.clamp(-1, 1)
 
     @torch.no_grad()
-    def ddim_sample(self, model: nn.Module, shape: tuple[int, ...], steps: int = 50, eta: float = 0.0,
-                    generator: torch.Generator | None = None, device: str | torch.device = "cpu",
-                    y: torch.Tensor | None = None, clip: bool = True) -> torch.Tensor:  # fmt: skip
+    def ddim_sample(
+        self,
+        model: nn.Module,
+        shape: tuple[int, ...],
+        steps: int = 50,
+        eta: float = 0.0,
+        generator: torch.Generator | None = None,
+        device: str | torch.device = "cpu",
+        y: torch.Tensor | None = None,
+        clip: bool = True,
+    ) -> torch.Tensor:
         """DDIM over `steps` evenly spaced timesteps; eta=0 is deterministic given the starting noise. `clip` holds
         the predicted x0 to [-1, 1], the range of pixels and mels; latents have no such range."""
         eps_of = model if y is None else (lambda x, t: model(x, t, y))

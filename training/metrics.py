@@ -179,13 +179,15 @@ class MetricsLog:
             "memory_gib": torch.cuda.max_memory_allocated(self.device) / 2**30 if self.cuda else 0.0,
         }
 
-    def samples(self, ema_model, diffusion, shape: tuple[int, ...], kind: str, step: int, labels=None,
-                preview=None) -> None:  # fmt: skip
+    def samples(
+        self, ema_model, diffusion, shape: tuple[int, ...], kind: str, step: int, labels=None, preview=None
+    ) -> None:
         from .samples import write_samples
 
         path = self.cfg.out / "samples" / f"step{step:07d}.png"
-        write_samples(ema_model, diffusion, shape, self.cfg.sample_steps, self.device, self.cfg.seed, path, kind,
-                      labels, preview)  # fmt: skip
+        write_samples(
+            ema_model, diffusion, shape, self.cfg.sample_steps, self.device, self.cfg.seed, path, kind, labels, preview
+        )
         self.write(f"step {step}: samples -> {path}")
         if self.board is not None:  # the grid exactly as written, read back from its PNG
             import numpy as np
@@ -203,8 +205,10 @@ class MetricsLog:
         if s is not None:
             behind = math.nan if s.host_behind is None else s.host_behind
             own = [self.cfg.batch_size * s.steps / s.wall_s, s.starvation, behind, s.wait_median_ms]
-        ranks = [dict(zip(RANK_FIGURES, _none(row)), rank=r) for r, row in
-                 enumerate(ddp.gather([*own, checksum], self.info, self.device))]  # fmt: skip
+        ranks = [
+            dict(zip(RANK_FIGURES, _none(row)), rank=r)
+            for r, row in enumerate(ddp.gather([*own, checksum], self.info, self.device))
+        ]
         figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
         if s is not None:
             rates = self._rates(s, flops)

@@ -57,8 +57,12 @@ def profile_steps(step_fn: Callable[[], None], steps: int, out_dir: Path, top: i
     (out_dir / "ops.txt").write_text(_torch_table(averages, cuda, top) + "\n")
     ranked, unit = _ranked(averages, cuda, steps)
     total = sum(ms for _, ms, _ in ranked) or 1.0
-    lines = [f"# Most expensive operators: {unit}, mean over {steps} profiled steps", "",
-             "| rank | operator | ms per step | share | calls per step |", "|---:|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"# Most expensive operators: {unit}, mean over {steps} profiled steps",
+        "",
+        "| rank | operator | ms per step | share | calls per step |",
+        "|---:|---|---:|---:|---:|",
+    ]
     for i, (name, ms, calls) in enumerate(ranked[:top], 1):
         cell = name[:100].replace("|", "\\|")
         lines.append(f"| {i} | `{cell}` | {ms:.3f} | {100 * ms / total:.1f}% | {calls:g} |")

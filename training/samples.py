@@ -11,8 +11,16 @@ from .atomic import written
 
 
 @torch.no_grad()
-def sample_grid(ema_model, diffusion, shape: tuple[int, ...], steps: int, device: str, seed: int,
-                labels: torch.Tensor | None = None, clip: bool = True) -> torch.Tensor:  # fmt: skip
+def sample_grid(
+    ema_model,
+    diffusion,
+    shape: tuple[int, ...],
+    steps: int,
+    device: str,
+    seed: int,
+    labels: torch.Tensor | None = None,
+    clip: bool = True,
+) -> torch.Tensor:
     """DDIM samples (in [-1, 1] when `clip`; latents are not), drawn from a fixed seed so grids from successive
     steps are comparable; `labels` for a class-conditional model."""
     state = torch.random.get_rng_state(), (torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
@@ -50,8 +58,18 @@ def _waveform_images(wave: torch.Tensor, height: int = 64) -> torch.Tensor:
     return img.unsqueeze(1)
 
 
-def write_samples(ema_model, diffusion, shape, steps: int, device: str, seed: int, path: Path, kind: str,
-                  labels: torch.Tensor | None = None, preview=None) -> Path:  # fmt: skip
+def write_samples(
+    ema_model,
+    diffusion,
+    shape,
+    steps: int,
+    device: str,
+    seed: int,
+    path: Path,
+    kind: str,
+    labels: torch.Tensor | None = None,
+    preview=None,
+) -> Path:
     """`preview` (training.latent.Preview) turns latents into images first."""
     was_training = ema_model.training
     ema_model.eval()

@@ -29,8 +29,10 @@ def record(summary: dict, run_dir: Path) -> dict:
     }
     kept = {k: str(v) for k, v in files.items() if v is not None and (k == "summary" or Path(v).exists())}
     losses = summary.get("losses") or []
-    return {k: v for k, v in summary.items() if k != "losses"} | {"first_loss": losses[0] if losses else None,
-                                                                 "files": kept}  # fmt: skip
+    return {k: v for k, v in summary.items() if k != "losses"} | {
+        "first_loss": losses[0] if losses else None,
+        "files": kept,
+    }
 
 
 def write(run_dir: Path, rec: dict) -> Path:
@@ -73,8 +75,10 @@ def lines(rec: dict) -> list[str]:
     starved = f"starvation {s['starvation']:.1%} ({waiting})" if "starvation" in s else "too few steps to time"
     world = cfg.get("world_size", 1)
     if world > 1 and s.get("starvation_mean") is not None:  # rank 0's own figure above; every step waits for the worst
-        starved = (f"starvation on rank 0 {s['starvation']:.1%}, mean over {world} ranks {s['starvation_mean']:.1%}, "
-                   f"worst rank {s['starvation_worst_rank']} {s['starvation_max']:.1%} ({waiting})")  # fmt: skip
+        starved = (
+            f"starvation on rank 0 {s['starvation']:.1%}, mean over {world} ranks {s['starvation_mean']:.1%}, "
+            f"worst rank {s['starvation_worst_rank']} {s['starvation_max']:.1%} ({waiting})"
+        )
     loss = f"loss {rec['final_loss']:.4f}" + (f" (first step {rec['first_loss']:.4f})" if rec.get("first_loss") else "")
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
     out = [
@@ -86,14 +90,18 @@ def lines(rec: dict) -> list[str]:
         mfu = f", MFU {rec['mfu']:.0%}" if rec.get("mfu") else ""
         out.append(f"compute: {rec['tflops']:.1f} TFLOP/s{mfu}, peak memory {rec['peak_memory_gib']:.2f} GiB")
         if s.get("host_behind_mean") is not None:  # near 1: the host starts steps late, launch-bound
-            out.append(f"host behind the GPU on {s['host_behind_mean']:.0%} of the steps (mean over ranks), worst rank "
-                       f"{s['host_behind_worst_rank']} {s['host_behind_max']:.0%}")  # fmt: skip
+            out.append(
+                f"host behind the GPU on {s['host_behind_mean']:.0%} of the steps (mean over ranks), worst rank "
+                f"{s['host_behind_worst_rank']} {s['host_behind_max']:.0%}"
+            )
     c = rec.get("compile") or {}
     if c.get("first_step_s") is not None:  # a fresh machine's minutes of compiling are part of the run's wall time
         graphs = c.get("caches", {})
         kept = _kept(c.get("cache"))
-        out.append(f"compile: the first step took {c['first_step_s']:.0f} s ({graphs.get('fxgraph_cache_miss', 0)} "
-                   f"graphs built, {graphs.get('fxgraph_cache_hit', 0)} found in caches); {kept}")  # fmt: skip
+        out.append(
+            f"compile: the first step took {c['first_step_s']:.0f} s ({graphs.get('fxgraph_cache_miss', 0)} "
+            f"graphs built, {graphs.get('fxgraph_cache_hit', 0)} found in caches); {kept}"
+        )
     files = rec.get("files", {})
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")

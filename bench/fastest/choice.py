@@ -239,8 +239,10 @@ def choose(
         return got
     rows = scenario_rows(out, **key, nproc=summary["nproc"])
     if not latest_groups(rows):
-        error = LoaderError(f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
-                            f"{summary['grid_id']}.json for why, or pass --loader with a backend name")  # fmt: skip
+        error = LoaderError(
+            f"`fastest` could run no loader on {data_dir}; see {out}/fastest-probe-"
+            f"{summary['grid_id']}.json for why, or pass --loader with a backend name"
+        )
         same(error)
         raise error
     win, why = _pick(rows)

@@ -269,8 +269,11 @@ class Probe:
         for w in windows:
             a, b = w["steps"]
             s = timer.summary(skip=a, stop=b)
-            figures = {"samples_per_s": self.key["batch_size"] * s.steps / s.wall_s, "starvation": s.to_dict(),
-                       "first_batch_s": w.get("first_batch_s", 0.0)}  # fmt: skip
+            figures = {
+                "samples_per_s": self.key["batch_size"] * s.steps / s.wall_s,
+                "starvation": s.to_dict(),
+                "first_batch_s": w.get("first_batch_s", 0.0),
+            }
             figures |= monitor.figures(*timer.window(a, b))
             if figures.get("cpu_cores") is not None:
                 figures["cpu_s_per_1k_samples"] = 1000 * figures["cpu_cores"] / figures["samples_per_s"]
@@ -279,8 +282,9 @@ class Probe:
 
     def loader_options(self, cand: tuple) -> dict:
         workers, pin = cand[1] or 0, bool(cand[2])
-        return dict(batch_size=self.key["batch_size"], workers=workers, pin_memory=pin, device=self.key["device"],
-                    **self.shard)  # fmt: skip
+        return dict(
+            batch_size=self.key["batch_size"], workers=workers, pin_memory=pin, device=self.key["device"], **self.shard
+        )
 
 
 def _label(cand: tuple) -> str:

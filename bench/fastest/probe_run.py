@@ -23,33 +23,70 @@ from .probe_feed import Feed, Probe, ProbeConfig, ProbeDone
 
 
 def job_of(data: Path, key: dict, grid: str, **kind):
-    fixed = dict(batch_size=key["batch_size"], model=key["model"], device=key["device"], compile=key["compile"],
-                 precision=key["precision"], cpus=None, grid_id=grid, data=str(data))  # fmt: skip
+    fixed = dict(
+        batch_size=key["batch_size"],
+        model=key["model"],
+        device=key["device"],
+        compile=key["compile"],
+        precision=key["precision"],
+        cpus=None,
+        grid_id=grid,
+        data=str(data),
+    )
     return Job(**({"workers": None, "pin_memory": None, "steps": 0, "warmup": 0} | fixed | kind))
 
 
-def write_records(probe: Probe, data: Path, manifest: dict, grid: str, out: Path,
-                  figures: list[dict] | None = None, nproc: int = 1) -> dict:  # fmt: skip
+def write_records(
+    probe: Probe, data: Path, manifest: dict, grid: str, out: Path, figures: list[dict] | None = None, nproc: int = 1
+) -> dict:
     """One bench record per window (data-free r0 and r1, each confirmed candidate), the summary, then finalize.
     `figures`: each window's, merged over the ranks under several (else this process's own)."""
     out.mkdir(parents=True, exist_ok=True)
     run = run_record(probe.key["device"]) | {"command": "train --loader fastest (in-process probe)"}
-    data_rec = {"path": str(Path(data).resolve()), "digest": manifest["digest"]["total"], "kind": manifest["kind"],
-                "count": manifest["count"]}  # fmt: skip
+    data_rec = {
+        "path": str(Path(data).resolve()),
+        "digest": manifest["digest"]["total"],
+        "kind": manifest["kind"],
+        "count": manifest["count"],
+    }
     figures = figures or probe.figures(probe.timer, probe.monitor, probe.windows)
     for n, (w, fig) in enumerate(zip(probe.windows, figures)):
         a, b = w["steps"]
         backend, workers, pin = w.get("config", (None, None, None))
         repeat = sum(v["kind"] == w["kind"] and v.get("config") == w.get("config") for v in probe.windows[:n])
-        job = job_of(data, probe.key, grid, kind=w["kind"], backend=backend, workers=workers, pin_memory=pin,
-                     steps=b - a, warmup=a, repeat=repeat, nproc=nproc)  # fmt: skip
-        rec = {"name": f"fastest{grid}-{job.name}", "job": job.to_dict(), "data": data_rec, "run": run,
-               "figures": fig, "probe": f"fastest-probe-{grid}.json"}  # fmt: skip
+        job = job_of(
+            data,
+            probe.key,
+            grid,
+            kind=w["kind"],
+            backend=backend,
+            workers=workers,
+            pin_memory=pin,
+            steps=b - a,
+            warmup=a,
+            repeat=repeat,
+            nproc=nproc,
+        )
+        rec = {
+            "name": f"fastest{grid}-{job.name}",
+            "job": job.to_dict(),
+            "data": data_rec,
+            "run": run,
+            "figures": fig,
+            "probe": f"fastest-probe-{grid}.json",
+        }
         write_json_atomic(out / f"{rec['name']}.json", rec)
     probe.times["total_s"] = time.perf_counter() - probe.t0
-    summary = {"grid_id": grid, "config": asdict(probe.cfg), "times": probe.times, "ceilings": probe.ceilings,
-               "failed_in_loop": probe.failed, "nproc": nproc,
-               "confirmed": sum(w["kind"] == "loader" for w in probe.windows), "run": run}  # fmt: skip
+    summary = {
+        "grid_id": grid,
+        "config": asdict(probe.cfg),
+        "times": probe.times,
+        "ceilings": probe.ceilings,
+        "failed_in_loop": probe.failed,
+        "nproc": nproc,
+        "confirmed": sum(w["kind"] == "loader" for w in probe.windows),
+        "run": run,
+    }
     write_json_atomic(out / f"fastest-probe-{grid}.json", summary)
     finalize(out)
     return summary
@@ -66,8 +103,14 @@ def _alone() -> Iterator[None]:
             os.environ["WORLD_SIZE"] = saved
 
 
-def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig | None = None,
-              echo: Callable[[str], None] = print) -> dict | None:  # fmt: skip
+def run_probe(
+    data: Path,
+    manifest: dict,
+    key: dict,
+    out: Path,
+    cfg: ProbeConfig | None = None,
+    echo: Callable[[str], None] = print,
+) -> dict | None:
     """Probe in this process and write the records to `out` (see the module docstring); returns the summary. In a
     process group of several ranks (together.py) every rank calls this: rank 0 probes and writes, returning the
     summary, the others follow its steps and return None."""
@@ -89,10 +132,22 @@ def run_probe(data: Path, manifest: dict, key: dict, out: Path, cfg: ProbeConfig
         probe = Probe(Path(data), manifest, key, cfg, monitor, echo)
         feed = Feed(probe.run(resident)) if ranks == 1 else together.feed(probe, resident)
         with tempfile.TemporaryDirectory(prefix="gpufeed-fastest-") as run_dir:
-            train = TrainConfig(data=Path(data), loader="gpu", model=key["model"], batch_size=key["batch_size"],
-                                steps=2**62, precision=key["precision"], compile=key["compile"], device=key["device"],
-                                timing_warmup=0, ckpt_every=0, sample_every=0, log_every=2**62, progress=False,
-                                out=Path(run_dir))  # fmt: skip
+            train = TrainConfig(
+                data=Path(data),
+                loader="gpu",
+                model=key["model"],
+                batch_size=key["batch_size"],
+                steps=2**62,
+                precision=key["precision"],
+                compile=key["compile"],
+                device=key["device"],
+                timing_warmup=0,
+                ckpt_every=0,
+                sample_every=0,
+                log_every=2**62,
+                progress=False,
+                out=Path(run_dir),
+            )
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     stopped = main(train, loader=feed).stopped_by

@@ -175,16 +175,34 @@ def expand(
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
             eater = {} if model != "none" else {"model": preset_for(data, device, vae)}
-            free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, batch_size=bs, repeat=r,
-                       nproc=n, **(common | eater))  # fmt: skip
+            free = Job(
+                kind="data_free",
+                backend=None,
+                workers=None,
+                pin_memory=None,
+                batch_size=bs,
+                repeat=r,
+                nproc=n,
+                **(common | eater),
+            )
             at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
                 key = (b, *collapse(b, w, p, device, limit), bs, n)
                 if key in seen:
                     continue
                 seen.add(key)
-                jobs.append(Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], batch_size=bs, repeat=r,
-                                nproc=n, **common))  # fmt: skip
+                jobs.append(
+                    Job(
+                        kind="loader",
+                        backend=b,
+                        workers=key[1],
+                        pin_memory=key[2],
+                        batch_size=bs,
+                        repeat=r,
+                        nproc=n,
+                        **common,
+                    )
+                )
             # the model's own rate first; the preset's beside the loader alone last (its steps cost far more than a
             # loader's, so a time limit or Ctrl-C takes it rather than the loaders asked for)
             jobs.insert(len(jobs) if model == "none" else at, free)
@@ -199,14 +217,32 @@ def expand(
 TORCHRUN_S = 10.0  # torchrun's own start and rendezvous, before its ranks start like any run
 START_S = 22.0  # a fresh interpreter importing torch, ffcv and DALI, building the loader and model, cuDNN's tuning
 COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0, "dit_b2": 15.0, "dit_tiny": 8.0}
-COLD_COMPILE_S = {"none": 0.0, "tiny": 40.0, "ddpm_cifar10": 125.0, "ddpm_audio_mel": 150.0, "dit_b2": 60.0,
-                  "dit_tiny": 40.0}  # the first job pays it  # fmt: skip
-GPU_IMG_S = {"none": 1e7, "tiny": 15_000.0, "ddpm_cifar10": 2_000.0, "ddpm_audio_mel": 700.0, "dit_b2": 1_000.0,
-             "dit_tiny": 15_000.0}  # eager bf16  # fmt: skip
+COLD_COMPILE_S = {
+    "none": 0.0,
+    "tiny": 40.0,
+    "ddpm_cifar10": 125.0,
+    "ddpm_audio_mel": 150.0,
+    "dit_b2": 60.0,
+    "dit_tiny": 40.0,
+}  # the first job pays it
+GPU_IMG_S = {
+    "none": 1e7,
+    "tiny": 15_000.0,
+    "ddpm_cifar10": 2_000.0,
+    "ddpm_audio_mel": 700.0,
+    "dit_b2": 1_000.0,
+    "dit_tiny": 15_000.0,
+}  # eager bf16
 COMPILED_SPEEDUP = 2.5  # ddpm_cifar10 compiled with CUDA graphs against eager (BENCHMARKS.md, What the model eats)
 CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5, "dit_b2": 2.0, "dit_tiny": 400.0}
-LOADER_IMG_S = {"torch": 1_500.0, "hdf5": 20_000.0, "ffcv": 60_000.0, "dali": 70_000.0, "gpu": 1e7,
-                "stream": 15_000.0}  # per worker  # fmt: skip
+LOADER_IMG_S = {
+    "torch": 1_500.0,
+    "hdf5": 20_000.0,
+    "ffcv": 60_000.0,
+    "dali": 70_000.0,
+    "gpu": 1e7,
+    "stream": 15_000.0,
+}  # per worker
 
 
 def estimate_s(jobs: list[Job]) -> float:

@@ -26,8 +26,17 @@ MEAN = ("nvml_gpu_util_pct", "nvml_power_w", "nvml_gpu_mem_mib", "nvml_idle")  #
 def command(job: Job, out: Path) -> list[str]:
     """The torchrun command line that runs `job` on job.nproc ranks of this host (a free port of its own)."""
     run_one = ["-m", "bench.grid.run_one", "--job", json.dumps(job.to_dict()), "--out", str(out)]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(job.nproc),
-            "--max-restarts", "0", *run_one]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(job.nproc),
+        "--max-restarts",
+        "0",
+        *run_one,
+    ]
 
 
 def rank_path(out: Path, rank: int) -> Path:
@@ -37,8 +46,10 @@ def rank_path(out: Path, rank: int) -> Path:
 def rank_cores(allowed: list[int], cpus: int, rank: int) -> list[int]:
     """Rank `rank`'s own `cpus` cores of those allowed: disjoint sets, so ranks do not share cores."""
     if (rank + 1) * cpus > len(allowed):
-        raise ValueError(f"--cpus {cpus} for rank {rank}: {(rank + 1) * cpus} cores needed, {len(allowed)} allowed; "
-                         f"--nproc x --cpus must not exceed the cores available")  # fmt: skip
+        raise ValueError(
+            f"--cpus {cpus} for rank {rank}: {(rank + 1) * cpus} cores needed, {len(allowed)} allowed; "
+            f"--nproc x --cpus must not exceed the cores available"
+        )
     return sorted(allowed)[rank * cpus : (rank + 1) * cpus]
 
 
@@ -50,8 +61,11 @@ def merge(job: Job, out: Path) -> None:
     clean(job, out)
     if out.exists() or all(r is None for r in recs):
         return
-    bad = [f"rank {r}: {rec['error'] if rec else 'wrote nothing'}" for r, rec in enumerate(recs)
-           if rec is None or "error" in rec]  # fmt: skip
+    bad = [
+        f"rank {r}: {rec['error'] if rec else 'wrote nothing'}"
+        for r, rec in enumerate(recs)
+        if rec is None or "error" in rec
+    ]
     if bad:
         write_json_atomic(out, {"name": job.name, "job": job.to_dict(), "error": "; ".join(bad)})
         return
@@ -87,11 +101,17 @@ def merge_figures(figs: list[dict]) -> dict:
     out["starvation"] = s
     out["nproc"] = len(figs)
     out["ranks"] = [
-        {"rank": r, "samples_per_s": f["samples_per_s"], "starvation": f["starvation"]["starvation"],
-         "host_behind": f["starvation"].get("host_behind"), "wait_median_ms": f["starvation"]["wait_median_ms"],
-         "cpu_cores": f.get("cpu_cores"), "param_checksum": f.get("param_checksum")}
+        {
+            "rank": r,
+            "samples_per_s": f["samples_per_s"],
+            "starvation": f["starvation"]["starvation"],
+            "host_behind": f["starvation"].get("host_behind"),
+            "wait_median_ms": f["starvation"]["wait_median_ms"],
+            "cpu_cores": f.get("cpu_cores"),
+            "param_checksum": f.get("param_checksum"),
+        }
         for r, f in enumerate(figs)
-    ]  # fmt: skip
+    ]
     return out
 
 

@@ -24,8 +24,13 @@ def main() -> None:
         import boto3
 
         env = server.env()
-        s3 = boto3.client("s3", endpoint_url=server.endpoint, aws_access_key_id=server.access_key,
-                          aws_secret_access_key=server.secret_key, region_name=server.region)  # fmt: skip
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=server.endpoint,
+            aws_access_key_id=server.access_key,
+            aws_secret_access_key=server.secret_key,
+            region_name=server.region,
+        )
         if a.bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
             s3.create_bucket(Bucket=a.bucket)
         print("\n".join(f"export {k}={v}" for k, v in env.items()), flush=True)

@@ -23,8 +23,15 @@ from pathlib import Path
 
 READY_S = 60.0  # it is ready in 3-25 s on a quiet machine; a loaded 2-core one can take longer
 # weed's listeners besides the S3 port: each needs a free port, or two servers on one machine (two test runs) collide
-PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-         "s3.port.grpc")  # fmt: skip
+PORTS = (
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "s3.port.grpc",
+)
 
 
 class ServerError(RuntimeError):
@@ -72,21 +79,42 @@ class SeaweedServer:
 
     def env(self, endpoint: str | None = None) -> dict[str, str]:
         """The standard variables that point boto3 (and every S3 client that reads them) at this server."""
-        return {"AWS_ENDPOINT_URL": endpoint or self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
-                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_DEFAULT_REGION": self.region}  # fmt: skip
+        return {
+            "AWS_ENDPOINT_URL": endpoint or self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+        }
 
     def command(self) -> list[str]:
         flags = [f"-{name}={port}" for name, port in self.ports.items()]
-        return [weed_binary(), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.directory / 'data'}",
-                "-filer", "-s3", f"-s3.port={self.port}", f"-s3.config={self.directory / 's3.json'}",
-                "-s3.port.iceberg=0", "-s3.port.lance=0", f"-master.volumeSizeLimitMB={self.volume_mb}",
-                "-volume.max=0", "-volume.preStopSeconds=0", "-master.telemetry=false", "-master.electionTimeout=1s",
-                *flags]  # fmt: skip
+        return [
+            weed_binary(),
+            "server",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-dir={self.directory / 'data'}",
+            "-filer",
+            "-s3",
+            f"-s3.port={self.port}",
+            f"-s3.config={self.directory / 's3.json'}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            f"-master.volumeSizeLimitMB={self.volume_mb}",
+            "-volume.max=0",
+            "-volume.preStopSeconds=0",
+            "-master.telemetry=false",
+            "-master.electionTimeout=1s",
+            *flags,
+        ]
 
     def start(self, wait: float = READY_S) -> SeaweedServer:
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
-        identity = {"name": "gpufeed", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-                    "actions": ["Admin", "Read", "Write", "List", "Tagging"]}  # fmt: skip
+        identity = {
+            "name": "gpufeed",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
         (self.directory / "s3.json").write_text(json.dumps({"identities": [identity]}))
         log = open(self.directory / "weed.log", "ab")
         # its own session: a Ctrl-C meant for the test run or the benchmark stops it through stop(), not mid-write
@@ -100,10 +128,14 @@ class SeaweedServer:
         import boto3
         from botocore.config import Config
 
-        client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
-                              aws_secret_access_key=self.secret_key, region_name=self.region,
-                              config=Config(retries={"max_attempts": 1}, connect_timeout=1,
-                                            read_timeout=5))  # fmt: skip
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5),
+        )
         deadline = time.monotonic() + wait
         while True:
             if self.process.poll() is not None:

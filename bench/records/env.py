@@ -21,8 +21,9 @@ def git_commit() -> str:
     repo = Path(__file__).resolve().parents[2]
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "-uno"], capture_output=True,
-                               text=True, timeout=5).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "-uno"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
         return out.stdout.strip() + ("+dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
@@ -51,15 +52,24 @@ def hardware(device: str | None = None) -> dict:
     if torch.cuda.is_available() and (device is None or device.startswith("cuda")):
         index = torch.device(device).index if device else None
         props = torch.cuda.get_device_properties(torch.cuda.current_device() if index is None else index)
-        info |= {"gpu": props.name, "gpu_count": torch.cuda.device_count(), "cuda": torch.version.cuda,
-                 # which physical GPU: a resumed grid may span machines, and ratios pair runs of one GPU
-                 "gpu_uuid": str(props.uuid)}  # fmt: skip
+        info |= {
+            "gpu": props.name,
+            "gpu_count": torch.cuda.device_count(),
+            "cuda": torch.version.cuda,
+            # which physical GPU: a resumed grid may span machines, and ratios pair runs of one GPU
+            "gpu_uuid": str(props.uuid),
+        }
     return info
 
 
 def run_record(device: str | None = None) -> dict:
-    return {"when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "command": " ".join(sys.argv),
-            "commit": git_commit(), "hardware": hardware(device), "versions": versions()}  # fmt: skip
+    return {
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": " ".join(sys.argv),
+        "commit": git_commit(),
+        "hardware": hardware(device),
+        "versions": versions(),
+    }
 
 
 def write_json_atomic(path: Path, obj: dict) -> None:

@@ -197,8 +197,10 @@ def _ranks_waited(g: dict) -> str:
     if g.get("starvation_any") is None or g.get("waited_on_rank") is None or g["starvation_any"] < NOISE / 2:
         return ""  # under 1% of the time: nobody was held long enough to name
     rank, share = g["waited_on_rank"], g["waited_on_share"]
-    text = (f"; under {g['nproc']} ranks some rank waited for input {g['starvation_any']:.1%} of the time, holding "
-            f"every rank at the all-reduce (rank {rank}: {share:.0%} of that)")  # fmt: skip
+    text = (
+        f"; under {g['nproc']} ranks some rank waited for input {g['starvation_any']:.1%} of the time, holding "
+        f"every rank at the all-reduce (rank {rank}: {share:.0%} of that)"
+    )
     if g.get("starvation_explains") is not None:
         text += f", {g['starvation_explains']:.0%} of the rate lost against the data-free rate"
     return text
@@ -244,8 +246,11 @@ def verdict(g: dict, peers: list[dict]) -> str:
         head = f"loader ceiling {g['samples_per_s']:,.0f} samples/s"
         if g.get("headroom") is not None:  # what the loader delivers against what the preset eats here
             h, eater = g["headroom"], g["fed_model"]
-            head += (f": feeds {h:,.1f}× what {eater} eats here" if h >= 1 else
-                     f": {h:.0%} of what {eater} eats here, so it would starve it")  # fmt: skip
+            head += (
+                f": feeds {h:,.1f}× what {eater} eats here"
+                if h >= 1
+                else f": {h:.0%} of what {eater} eats here, so it would starve it"
+            )
     else:
         level = "highly input-bound" if s > HIGHLY else "input-bound" if s > INPUT_BOUND else "not input-bound"
         vs = f", {g['vs_data_free']:.0%} of the data-free rate" if g.get("vs_data_free") else ""
@@ -259,8 +264,10 @@ def verdict(g: dict, peers: list[dict]) -> str:
         if s <= INPUT_BOUND and unexplained and behind is not None and behind >= BEHIND:
             head += f"; the host fell behind the GPU on {behind:.0%} of the steps"
             if (g.get("data_free_host_behind") or 0) >= BEHIND:  # the model alone keeps the host busier than the GPU
-                head += (", as it does with no input at all: the step is bound by the host launching kernels, so "
-                         "every millisecond the loader takes from the training process slows every step")  # fmt: skip
+                head += (
+                    ", as it does with no input at all: the step is bound by the host launching kernels, so "
+                    "every millisecond the loader takes from the training process slows every step"
+                )
             else:
                 head += " (a synchronising copy, e.g. pin_memory off): the shortfall is inside the steps"
     change = best_change(g, peers, noise)

@@ -42,23 +42,38 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             spread, where = measured_spread([r for r in rows if _paired(r, first)], first["grid_id"])
             (win, why), top = pick(gs, spread, where), "train --loader fastest takes"
         worst = min(gs, key=lambda g: g["samples_per_s"])
-        lines += [f"{scenario_title(first)}: {_what(gs, rate, alone)}",
-                  f"  {top}: {_label(win)}: {why}",
-                  f"  slowest: {_label(worst)}: {worst['verdict']}"]  # fmt: skip
+        lines += [
+            f"{scenario_title(first)}: {_what(gs, rate, alone)}",
+            f"  {top}: {_label(win)}: {why}",
+            f"  slowest: {_label(worst)}: {worst['verdict']}",
+        ]
         grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
         busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
         if busy > BUSY:
             lines.append(busy_line(busy))
         plot = results_dir / f"plot-{scenario_slug(first)}.png"
-        scenarios.append({"title": scenario_title(first), "data_free_rate": rate, "fed_model": first.get("fed_model"),
-                          "best": {"configuration": _label(win), "reason": why, **_knobs(win)}, "busy": busy,
-                          "plot": str(plot) if plot.exists() else None, "configurations": gs})  # fmt: skip
+        scenarios.append(
+            {
+                "title": scenario_title(first),
+                "data_free_rate": rate,
+                "fed_model": first.get("fed_model"),
+                "best": {"configuration": _label(win), "reason": why, **_knobs(win)},
+                "busy": busy,
+                "plot": str(plot) if plot.exists() else None,
+                "configurations": gs,
+            }
+        )
     where = f"table {results_dir / 'results.md'}, plots {results_dir}/plot-*.png, every run's JSON in {results_dir}"
     lines.append(f"{where}; this summary in full: {results_dir / 'summary.json'} (or --json)")
     if failed:
         lines.append(f"failed: {', '.join(failed)} (their errors are in their JSON and grid.log)")
-    record = {"results_dir": str(results_dir), "report": str(results_dir / "results.md"),
-              "csv": str(results_dir / "results.csv"), "scenarios": scenarios, "failed": failed}  # fmt: skip
+    record = {
+        "results_dir": str(results_dir),
+        "report": str(results_dir / "results.md"),
+        "csv": str(results_dir / "results.csv"),
+        "scenarios": scenarios,
+        "failed": failed,
+    }
     return lines, record
 
 

@@ -24,8 +24,9 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
     out = []
     for sc in bench["scenarios"]:
         rate = f", the model alone {sc['data_free_rate']:,.0f} samples/s" if sc.get("data_free_rate") else ""
-        out.append(f"measured: {len(sc['configurations'])} loader configurations in the training loop of "
-                   f"{sc['title']}{rate}")  # fmt: skip
+        out.append(
+            f"measured: {len(sc['configurations'])} loader configurations in the training loop of {sc['title']}{rate}"
+        )
         if (sc.get("busy") or 0.0) > BUSY:
             out.append(busy_line(sc["busy"]).strip())
     loader, s = run.get("loader", {}), run.get("starvation") or {}
@@ -34,12 +35,18 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
     out.append(f"chosen: {backend_label(run['backend'], device)}{workers}, because {loader.get('reason', '?')}")
     starved = f", starvation {s['starvation']:.1%}" if "starvation" in s else ""
     timed = f" (over {s['steps']} timed steps)" if s.get("steps") else ""
-    out.append(f"trained: {run['steps']} steps at {run['samples_per_s']:,.0f} samples/s{timed}{starved}, loss "
-               f"{run.get('first_loss') or run['final_loss']:.4f} -> {run['final_loss']:.4f}")  # fmt: skip
+    out.append(
+        f"trained: {run['steps']} steps at {run['samples_per_s']:,.0f} samples/s{timed}{starved}, loss "
+        f"{run.get('first_loss') or run['final_loss']:.4f} -> {run['final_loss']:.4f}"
+    )
     plots = ", ".join(sc["plot"] for sc in bench["scenarios"] if sc.get("plot"))
     files = run.get("files", {})
-    out += [f"plot: {plots}", f"table: {bench['report']}",
-            f"samples: {files.get('samples', 'none (sampling off)')}", f"metrics: {files.get('metrics')}"]  # fmt: skip
+    out += [
+        f"plot: {plots}",
+        f"table: {bench['report']}",
+        f"samples: {files.get('samples', 'none (sampling off)')}",
+        f"metrics: {files.get('metrics')}",
+    ]
     return out + NEXT
 
 

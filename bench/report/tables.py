@@ -165,8 +165,9 @@ def _provenance(records: list[dict]) -> list[str]:
     runs = [r["run"] for r in records if "run" in r]
     if not runs:
         return []
-    machines = _counted(f"{_gpu(r['hardware'])}, {r['hardware']['cpu']} ({r['hardware']['cpus_total']} cores)"
-                        for r in runs)  # fmt: skip
+    machines = _counted(
+        f"{_gpu(r['hardware'])}, {r['hardware']['cpu']} ({r['hardware']['cpus_total']} cores)" for r in runs
+    )
     versions = _counted(", ".join(f"{k} {val}" for k, val in r["versions"].items()) for r in runs)
     commits = _counted(f"`{r['commit']}`" for r in runs)
     commands = sorted({r["command"] for r in runs})

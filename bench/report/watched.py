@@ -50,9 +50,20 @@ def _row(name: str, w: dict) -> str:
     util = "–" if w.get("nvml_gpu_util_pct") is None else f"{w['nvml_gpu_util_pct']:.0f}"
     cores = "–" if w.get("cpu_cores") is None else f"{w['cpu_cores']:.1f}"
     runs = sum(1 for r in w["runs"] if r["mode"] == "real")
-    cells = [f"`{name}`", str(w["ranks"]), f"{w['samples_per_s']:,.0f} ({lo:,.0f}–{hi:,.0f})", ratio,
-             _pct(w["starvation"]) + worst, _pct(w["host_behind"], ".0%"), _pct(w["drained_at_request"], ".0%"),
-             f"{w['wait_p95_ms']:.1f}", cores, util, str(runs), w.get("verdict") or ""]  # fmt: skip
+    cells = [
+        f"`{name}`",
+        str(w["ranks"]),
+        f"{w['samples_per_s']:,.0f} ({lo:,.0f}–{hi:,.0f})",
+        ratio,
+        _pct(w["starvation"]) + worst,
+        _pct(w["host_behind"], ".0%"),
+        _pct(w["drained_at_request"], ".0%"),
+        f"{w['wait_p95_ms']:.1f}",
+        cores,
+        util,
+        str(runs),
+        w.get("verdict") or "",
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -81,8 +92,10 @@ def plot_watches(watches: list[tuple[str, dict]], path: Path) -> Path:
     ys = range(len(names))
     if relative:
         vals = [100 * w["vs_data_free"] for _, w in watches]
-        err = [[v - 100 * w["vs_data_free_range"][0] for v, (_, w) in zip(vals, watches)],
-               [100 * w["vs_data_free_range"][1] - v for v, (_, w) in zip(vals, watches)]]  # fmt: skip
+        err = [
+            [v - 100 * w["vs_data_free_range"][0] for v, (_, w) in zip(vals, watches)],
+            [100 * w["vs_data_free_range"][1] - v for v, (_, w) in zip(vals, watches)],
+        ]
         axes[0].barh(ys, vals, xerr=err, color="tab:blue")
         axes[0].axvline(100, color="black", linestyle=":")
         axes[0].set(xlabel="% of the program's own data-free rate (range over repeats)", title="Rate")

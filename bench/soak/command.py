@@ -101,9 +101,17 @@ def soak(command: list[str], out: Path, interval: float, duration: float | None,
     deadline = time.monotonic() + grace
     while (left := tree.leftovers()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    summary = {"command": command, "exit_status": proc.returncode, "stopped_after_s": duration if stopped else None,
-               "wall_s": time.monotonic() - t0, "interval_s": interval, "warmup_s": warmup, "samples": len(samples),
-               "quantities": summarize(samples, warmup), "left_running": left}  # fmt: skip
+    summary = {
+        "command": command,
+        "exit_status": proc.returncode,
+        "stopped_after_s": duration if stopped else None,
+        "wall_s": time.monotonic() - t0,
+        "interval_s": interval,
+        "warmup_s": warmup,
+        "samples": len(samples),
+        "quantities": summarize(samples, warmup),
+        "left_running": left,
+    }
     (out / "resources-summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     if samples:
         plot(samples, warmup, out / "resources.png", " ".join(command))
@@ -113,19 +121,33 @@ def soak(command: list[str], out: Path, interval: float, duration: float | None,
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Where to write.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=5.0, help="Seconds between samples.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Stop the command with SIGTERM after this many seconds [default: let it end].")  # fmt: skip
-@click.option("--warmup", type=click.FloatRange(min=0), default=120.0,
-              help="Seconds left out of the flatness summary (start-up, compilation, page cache).")  # fmt: skip
-@click.option("--grace", type=click.FloatRange(min=0), default=30.0,
-              help="Seconds the tree gets to end after the command (and after SIGTERM before SIGKILL).")  # fmt: skip
+@click.option(
+    "--duration",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Stop the command with SIGTERM after this many seconds [default: let it end].",
+)
+@click.option(
+    "--warmup",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    help="Seconds left out of the flatness summary (start-up, compilation, page cache).",
+)
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    help="Seconds the tree gets to end after the command (and after SIGTERM before SIGKILL).",
+)
 @click.argument("command", nargs=-1, required=True)
 def soak_cmd(out: Path, interval: float, duration, warmup: float, grace: float, command: tuple[str, ...]) -> None:
     """Run COMMAND (after --) and record its process tree's memory, GPU memory, fds, threads and children."""
     summary = soak(list(command), out, interval, duration, warmup, grace)
     for key, q in summary["quantities"].items():
-        click.echo(f"{key:13s} after warm-up {q['after_warmup']:10.1f}  end {q['end']:10.1f}  "
-                   f"max {q['max']:10.1f}  {'flat' if q['flat'] else 'GROWS'}")  # fmt: skip
+        click.echo(
+            f"{key:13s} after warm-up {q['after_warmup']:10.1f}  end {q['end']:10.1f}  "
+            f"max {q['max']:10.1f}  {'flat' if q['flat'] else 'GROWS'}"
+        )
     click.echo(f"exit status {summary['exit_status']}; left running: {len(summary['left_running'])}; {out}")
     expected = {0} | ({128 + signal.SIGTERM, -signal.SIGTERM} if summary["stopped_after_s"] else set())
     flat = all(q["flat"] for q in summary["quantities"].values())

@@ -33,8 +33,13 @@ from pathlib import Path
 
 from ..records.env import run_record, write_json_atomic
 
-PHASES = ("entire_frame_compile", "entire_backward_compile", "backend_compile", "inductor_compile",
-          "async_compile.wait")  # fmt: skip
+PHASES = (
+    "entire_frame_compile",
+    "entire_backward_compile",
+    "backend_compile",
+    "inductor_compile",
+    "async_compile.wait",
+)
 
 
 # `train` with Inductor settings made first: the settings as JSON, then train's arguments
@@ -74,11 +79,39 @@ def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
     work, local = args.out / "work" / name, args.out / "work" / "local"
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(local, ignore_errors=True)
-    opts = ["--data", str(args.data), "--loader", "gpu", "--model", args.model, "--device", args.device,
-            "--precision", args.precision, "--batch-size", str(args.batch_size), "--steps", str(args.steps),
-            "--timing-warmup", str(args.warmup), "--log-every", str(args.steps), "--sample-every", "0",
-            "--ckpt-every", "0", "--workers", "0", "--no-progress", "--json", "--compile", "--compile-cache",
-            str(cache), "--out", str(work / "run")]  # fmt: skip
+    opts = [
+        "--data",
+        str(args.data),
+        "--loader",
+        "gpu",
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--precision",
+        args.precision,
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--timing-warmup",
+        str(args.warmup),
+        "--log-every",
+        str(args.steps),
+        "--sample-every",
+        "0",
+        "--ckpt-every",
+        "0",
+        "--workers",
+        "0",
+        "--no-progress",
+        "--json",
+        "--compile",
+        "--compile-cache",
+        str(cache),
+        "--out",
+        str(work / "run"),
+    ]
     env = os.environ | {
         "TORCHINDUCTOR_CACHE_DIR": str(local / "inductor"),
         "TRITON_CACHE_DIR": str(local / "triton"),
@@ -96,9 +129,17 @@ def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
     tuned = autotune_results(local / "inductor", t0)
     write_json_atomic(args.out / f"{name}-autotune.json", tuned)
     shutil.rmtree(local, ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
-    return {"name": name, "variant": var["name"], "kind": name.split("-")[-2], "launch_to_exit_s": wall,
-            "samples_per_s": summary["samples_per_s"], "compile": summary["compile"], "steps": summary["steps"],
-            "autotune_results": len(tuned), "page_cache_dropped": dropped}  # fmt: skip
+    return {
+        "name": name,
+        "variant": var["name"],
+        "kind": name.split("-")[-2],
+        "launch_to_exit_s": wall,
+        "samples_per_s": summary["samples_per_s"],
+        "compile": summary["compile"],
+        "steps": summary["steps"],
+        "autotune_results": len(tuned),
+        "page_cache_dropped": dropped,
+    }
 
 
 def drop_page_cache() -> bool:
@@ -117,8 +158,10 @@ def autotune_results(inductor: Path, t0: float) -> dict:
     after launch) and what it holds. A warm run should find the cold run's results there, put back by the compile
     cache as it loads, and benchmark nothing: a result written again late, or under another name, was tuned anew."""
     launch = time.time() - (time.perf_counter() - t0)
-    return {str(f.relative_to(inductor)): {"written_s": round(f.stat().st_mtime - launch, 1), "best": _json(f)}
-            for f in sorted(inductor.rglob("*.best_config"))}  # fmt: skip
+    return {
+        str(f.relative_to(inductor)): {"written_s": round(f.stat().st_mtime - launch, 1), "best": _json(f)}
+        for f in sorted(inductor.rglob("*.best_config"))
+    }
 
 
 def _json(path: Path) -> object:
@@ -160,12 +203,16 @@ def table(runs: list[dict]) -> str:
     return "\n".join(rows)
 
 
-SET_UP = {"imports done": "interpreter, imports", "model on the device": "the device's start, the model",
-          "compile cache loaded": "the compiler's import, loading the compile cache",
-          "model compiled": "torch.compile (installs a traced program from the cache)",
-          "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
-          "loader open": "opening the loader", "first batch in hand": "the first batch",
-          "FLOPs counted": "the FLOP count"}  # fmt: skip
+SET_UP = {
+    "imports done": "interpreter, imports",
+    "model on the device": "the device's start, the model",
+    "compile cache loaded": "the compiler's import, loading the compile cache",
+    "model compiled": "torch.compile (installs a traced program from the cache)",
+    "model built, compile cache loaded": "interpreter, imports, device, model, compile cache",  # older runs
+    "loader open": "opening the loader",
+    "first batch in hand": "the first batch",
+    "FLOPs counted": "the FLOP count",
+}
 
 
 def pieces(c: dict) -> dict[str, float]:
@@ -260,14 +307,22 @@ def main(argv: list[str] | None = None) -> None:
             shutil.copytree(saved, warm)  # a copy: a warm run may add to its cache
             keep(run(args, f"{prefix}warm-{r}", warm, var))
             cold_s = runs[-2]["compile"]["since_launch_s"] if r < cold_rounds else float("nan")
-            print(f"round {r} {var['name']}: first step done {cold_s:.1f} s after launch cold, "
-                  f"{runs[-1]['compile']['since_launch_s']:.1f} s warm", flush=True)  # fmt: skip
+            print(
+                f"round {r} {var['name']}: first step done {cold_s:.1f} s after launch cold, "
+                f"{runs[-1]['compile']['since_launch_s']:.1f} s warm",
+                flush=True,
+            )
     text = table(runs)
     # Inductor's and Triton's settings from the environment (the per-run cache folders are set here, not there)
-    env = {k: v for k, v in os.environ.items()
-           if k.startswith(("TORCHINDUCTOR_", "TRITON_", "TORCH_")) and "CACHE_DIR" not in k}  # fmt: skip
-    write_json_atomic(args.out / "cold_start.json", {"config": vars(args) | {"out": str(args.out), "env": env},
-                                                     "run": run_record(args.device), "runs": runs})  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith(("TORCHINDUCTOR_", "TRITON_", "TORCH_")) and "CACHE_DIR" not in k
+    }
+    write_json_atomic(
+        args.out / "cold_start.json",
+        {"config": vars(args) | {"out": str(args.out), "env": env}, "run": run_record(args.device), "runs": runs},
+    )
     (args.out / "cold_start.md").write_text(text + "\n")
     title = f"{args.model}, batch {args.batch_size}, {args.device}, {args.precision}: launch to first step, cold, warm"
     try:

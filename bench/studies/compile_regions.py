@@ -33,8 +33,14 @@ import torch
 from training.model import _CatDenseGrad
 
 # Dynamo's own timers (torch._dynamo.utils.compilation_time_metrics) kept per run, summed over calls
-PHASES = ("bytecode_tracing", "create_aot_dispatcher_function", "aot_trace_joint_graph", "GraphLowering.codegen",
-          "async_compile.wait", "compile_fx_inner")  # fmt: skip
+PHASES = (
+    "bytecode_tracing",
+    "create_aot_dispatcher_function",
+    "aot_trace_joint_graph",
+    "GraphLowering.codegen",
+    "async_compile.wait",
+    "compile_fx_inner",
+)
 
 
 def child(args: argparse.Namespace) -> dict:
@@ -82,8 +88,12 @@ def child(args: argparse.Namespace) -> dict:
     last.item()  # waits for the queued steps
     rate = args.steps * args.batch_size / (time.perf_counter() - t1)
     phases = {k: round(sum(v), 2) for k, v in compilation_time_metrics.items() if k in PHASES}
-    return {"first_step_s": round(first, 2), "samples_per_s": round(rate, 2), "first_loss": first_loss,
-            "phases": phases}  # fmt: skip
+    return {
+        "first_step_s": round(first, 2),
+        "samples_per_s": round(rate, 2),
+        "first_loss": first_loss,
+        "phases": phases,
+    }
 
 
 class _CatBothDense(_CatDenseGrad):
@@ -92,8 +102,10 @@ class _CatBothDense(_CatDenseGrad):
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         layout = torch.channels_last if ctx.channels_last else torch.contiguous_format
-        return (grad[:, : ctx.split].contiguous(memory_format=layout),
-                grad[:, ctx.split :].contiguous(memory_format=layout))  # fmt: skip
+        return (
+            grad[:, : ctx.split].contiguous(memory_format=layout),
+            grad[:, ctx.split :].contiguous(memory_format=layout),
+        )
 
 
 def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
@@ -101,8 +113,17 @@ def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
     record = {"backend": backend, "regions": blocks}
     with tempfile.TemporaryDirectory(prefix="gpufeed-regions-") as local:
         env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": f"{local}/inductor", "TRITON_CACHE_DIR": f"{local}/triton"}
-        cmd = [sys.executable, "-m", "bench.studies.compile_regions", "--child", "--backend", backend, "--blocks",
-               blocks, *forwarded(args)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "bench.studies.compile_regions",
+            "--child",
+            "--backend",
+            backend,
+            "--blocks",
+            blocks,
+            *forwarded(args),
+        ]
         t0 = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True)
         record["launch_to_exit_s"] = round(time.perf_counter() - t0, 1)
@@ -112,8 +133,16 @@ def run(args: argparse.Namespace, backend: str, blocks: str) -> dict:
 
 
 def forwarded(args: argparse.Namespace) -> list[str]:
-    opts = ["--model", args.model, "--device", args.device, "--batch-size", str(args.batch_size), "--steps",
-            str(args.steps)]  # fmt: skip
+    opts = [
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+    ]
     return opts + (["--mode", args.mode] if args.mode else []) + (["--dense-skip"] if args.dense_skip else [])
 
 
@@ -122,8 +151,14 @@ def table(runs: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in runs:
         phases = [str(r.get("phases", {}).get(p, "–")) for p in PHASES]
-        cells = [r["backend"], r["regions"], str(r.get("first_step_s", "–")), *phases,
-                 str(r.get("samples_per_s", "–")), r.get("error", "")]  # fmt: skip
+        cells = [
+            r["backend"],
+            r["regions"],
+            str(r.get("first_step_s", "–")),
+            *phases,
+            str(r.get("samples_per_s", "–")),
+            r.get("error", ""),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -156,8 +191,10 @@ def main(argv: list[str] | None = None) -> None:
             runs.append(run(args, backend, blocks))
             print(json.dumps(runs[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(args.out / "compile_regions.json", {"config": vars(args) | {"out": str(args.out)},
-                                                          "run": run_record(args.device), "runs": runs})  # fmt: skip
+    write_json_atomic(
+        args.out / "compile_regions.json",
+        {"config": vars(args) | {"out": str(args.out)}, "run": run_record(args.device), "runs": runs},
+    )
     (args.out / "compile_regions.md").write_text(table(runs) + "\n")
     print(table(runs))
 

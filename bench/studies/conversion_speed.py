@@ -35,8 +35,20 @@ def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str
     """One conversion into the new directory `out`, pinned to `cores` cores: wall seconds, CPU seconds of its whole
     tree (and user / kernel of the processes it waited for: creating files is kernel time), peak PSS."""
     allowed = sorted(os.sched_getaffinity(0))[:cores]
-    cmd = [sys.executable, "-m", "dataprep", "convert", "--input", str(src), "--output", str(out),
-           "--format", formats, "--quiet", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "dataprep",
+        "convert",
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--format",
+        formats,
+        "--quiet",
+        *extra,
+    ]
     os.sync()  # the last run's (or the probe's) data on disk first, so that this run does not pay its write-back
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with ResourceMonitor(interval=0.25) as mon:
@@ -48,10 +60,17 @@ def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     figures = mon.figures(t0, t0 + wall)
     timings = json.loads((out / "manifest.json").read_text()).get("timings")
-    return {"cores": cores, "formats": formats, "wall_s": round(wall, 2), "cpu_s": round(mon.samples[-1].cpu_s, 1),
-            "user_s": round(after.ru_utime - before.ru_utime, 1), "sys_s": round(after.ru_stime - before.ru_stime, 1),
-            "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0), "output": proc.stdout.strip(),
-            "timings": timings}  # fmt: skip
+    return {
+        "cores": cores,
+        "formats": formats,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(mon.samples[-1].cpu_s, 1),
+        "user_s": round(after.ru_utime - before.ru_utime, 1),
+        "sys_s": round(after.ru_stime - before.ru_stime, 1),
+        "peak_pss_mib": round(figures["peak_mem_mib"] or 0.0),
+        "output": proc.stdout.strip(),
+        "timings": timings,
+    }
 
 
 def import_seconds(module: str, env: dict | None = None) -> float:
@@ -83,10 +102,21 @@ def file_creation(scratch: Path, processes: list[int], total: int = 50000) -> li
                 t0 = time.perf_counter()
                 cpu = sum(pool.map(_create, folders, [total // p] * p))
                 wall = time.perf_counter() - t0
-            out.append({"processes": p, "one_directory": shared, "files": total // p * p, "wall_s": round(wall, 2),
-                        "cpu_s": round(cpu, 1), "us_per_file": round(wall / total * 1e6, 1)})  # fmt: skip
-            print(f"file creation: {p:>2} processes, {'one directory' if shared else 'one each'}: "
-                  f"{wall:.2f} s, {cpu:.1f} CPU-s", flush=True)  # fmt: skip
+            out.append(
+                {
+                    "processes": p,
+                    "one_directory": shared,
+                    "files": total // p * p,
+                    "wall_s": round(wall, 2),
+                    "cpu_s": round(cpu, 1),
+                    "us_per_file": round(wall / total * 1e6, 1),
+                }
+            )
+            print(
+                f"file creation: {p:>2} processes, {'one directory' if shared else 'one each'}: "
+                f"{wall:.2f} s, {cpu:.1f} CPU-s",
+                flush=True,
+            )
     return out
 
 
@@ -111,9 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.machine:
         # FFCV compiles its loader's numba functions as it is imported; the conversion imports it with numba's JIT off
         jit_off = {"NUMBA_DISABLE_JIT": "1"}
-        machine = {"import_ffcv_s": [import_seconds("ffcv.writer") for _ in range(2)],
-                   "import_ffcv_jit_off_s": [import_seconds("ffcv.writer", jit_off) for _ in range(2)],
-                   "file_creation": file_creation(args.scratch, sorted({1, 4, here}))}  # fmt: skip
+        machine = {
+            "import_ffcv_s": [import_seconds("ffcv.writer") for _ in range(2)],
+            "import_ffcv_jit_off_s": [import_seconds("ffcv.writer", jit_off) for _ in range(2)],
+            "file_creation": file_creation(args.scratch, sorted({1, 4, here})),
+        }
         print(
             f"import ffcv.writer: {machine['import_ffcv_s']} s, JIT off {machine['import_ffcv_jit_off_s']} s",
             flush=True,

@@ -50,9 +50,14 @@ def profiled(job: Job, out_dir: Path) -> dict:
         raise SystemExit(f"{job.name}: its trace could not be read: {x['error']}")
     kernels = kernel_ms_per_step(out_dir / "traces" / f"{job.name}.trace.json.gz")
     step_ms = 1e3 * x["span_s"] / x["steps"]
-    return {"step_ms": step_ms, "busy_ms": step_ms * (1 - x["idle_total"]), "starvation": x["starvation"],
-            "idle_inside_steps": x["idle_total"] - x["starvation"], "kernel_ms": sum(kernels.values()),
-            "kernels": kernels}  # fmt: skip
+    return {
+        "step_ms": step_ms,
+        "busy_ms": step_ms * (1 - x["idle_total"]),
+        "starvation": x["starvation"],
+        "idle_inside_steps": x["idle_total"] - x["starvation"],
+        "kernel_ms": sum(kernels.values()),
+        "kernels": kernels,
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -80,11 +85,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     workers, pin = collapse(args.backend, args.workers, args.pin_memory, args.device)
-    common = dict(data=args.data, batch_size=args.batch_size, model=args.model, steps=args.steps, warmup=args.warmup,
-                  device=args.device, cpus=args.cpus, compile=args.compile)  # fmt: skip
-    jobs = {"data_free": Job(kind="data_free", backend=None, workers=None, pin_memory=None, **common),
-            args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin,
-                              **common)}  # fmt: skip
+    common = dict(
+        data=args.data,
+        batch_size=args.batch_size,
+        model=args.model,
+        steps=args.steps,
+        warmup=args.warmup,
+        device=args.device,
+        cpus=args.cpus,
+        compile=args.compile,
+    )
+    jobs = {
+        "data_free": Job(kind="data_free", backend=None, workers=None, pin_memory=None, **common),
+        args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin, **common),
+    }
     rates: dict[str, list[float]] = {k: [] for k in jobs}
     for r in range(args.repeats):  # alternated, so a drift of the machine reaches both alike
         for name, job in jobs.items():
@@ -99,10 +113,14 @@ def main(argv: list[str] | None = None) -> dict:
     names = set(free["kernels"]) | set(fed["kernels"])
     diff = sorted(((fed["kernels"].get(n, 0.0) - free["kernels"].get(n, 0.0), n) for n in names), reverse=True)
     ratio = statistics.median(rates[args.backend]) / statistics.median(rates["data_free"]) if args.repeats else None
-    result = {"run": run_record(args.device), "args": {k: str(v) if isinstance(v, Path) else v
-                                                       for k, v in vars(args).items()},
-              "rates": rates, "ratio_of_medians": ratio, "profiled": prof,
-              "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff]}  # fmt: skip
+    result = {
+        "run": run_record(args.device),
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "rates": rates,
+        "ratio_of_medians": ratio,
+        "profiled": prof,
+        "kernel_ms_differences": [{"kernel": n, "ms_per_step": d} for d, n in diff],
+    }
     (args.out / "gap.json").write_text(json.dumps(result, indent=1) + "\n")
     if args.repeats:
         print(f"{args.backend} / data-free, medians of {args.repeats}: {ratio:.2%}")

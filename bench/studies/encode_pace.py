@@ -84,13 +84,25 @@ def measure(
             for c in chunks[:2]:
                 enc.encode(c)
         table = prof.key_averages()
-        profile.write_text(table.table(sort_by="self_cpu_time_total", row_limit=20) + "\n"
-                           + table.table(sort_by="self_device_time_total", row_limit=20) + "\n")  # fmt: skip
+        profile.write_text(
+            table.table(sort_by="self_cpu_time_total", row_limit=20)
+            + "\n"
+            + table.table(sort_by="self_device_time_total", row_limit=20)
+            + "\n"
+        )
     vae.model.to(memory_format=torch.channels_last)  # last: the rows above run the model as the conversion loads it
     rows["encoder, channels_last"] = _rate(encoder(mel.contiguous(memory_format=torch.channels_last)), chunk, repeats)
     name = torch.cuda.get_device_name() if device == "cuda" else device
-    return {"vae": vae_dir, "clip_seconds": clip_seconds, "batch_size": batch, "chunk": chunk, "repeats": repeats,
-            "clips_per_s": rows, "device": name, "torch": torch.__version__}  # fmt: skip
+    return {
+        "vae": vae_dir,
+        "clip_seconds": clip_seconds,
+        "batch_size": batch,
+        "chunk": chunk,
+        "repeats": repeats,
+        "clips_per_s": rows,
+        "device": name,
+        "torch": torch.__version__,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,8 +66,9 @@ def dali_layouts(data_dir: Path, x: np.ndarray, batch: int = 128, threads: int =
 
     @pipeline_def(**kw)
     def wds():
-        img, _ = fn.readers.webdataset(paths=tars, index_paths=idx, ext=["rgb", "cls"],
-                                       dtypes=[types.UINT8, types.INT64], random_shuffle=True)  # fmt: skip
+        img, _ = fn.readers.webdataset(
+            paths=tars, index_paths=idx, ext=["rgb", "cls"], dtypes=[types.UINT8, types.INT64], random_shuffle=True
+        )
         return fn.reshape(img, shape=list(x.shape[1:]))
 
     @pipeline_def(**kw)
@@ -96,8 +97,11 @@ def main() -> None:
     args = p.parse_args()
     with h5py.File(args.data / "data.h5", "r") as f:
         x = f["x"][:]
-    result = {"samples": len(x), "hdf5_samples_per_s_by_chunk": hdf5_chunks(x),
-              "dali_samples_per_s_by_layout": dali_layouts(args.data, x)}  # fmt: skip
+    result = {
+        "samples": len(x),
+        "hdf5_samples_per_s_by_chunk": hdf5_chunks(x),
+        "dali_samples_per_s_by_layout": dali_layouts(args.data, x),
+    }
     print(json.dumps(result, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

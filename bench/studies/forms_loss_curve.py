@@ -43,10 +43,22 @@ def run_form(form: str, args: argparse.Namespace, out: Path) -> None:
 
         training.model.UNet = PreviousUNet  # the loop builds its model from training.model.UNet when it starts
     with tempfile.TemporaryDirectory(prefix="gpufeed-curve-") as run_dir:
-        cfg = TrainConfig(data=args.data, loader=args.loader, model=args.model, batch_size=args.batch_size,
-                          steps=args.steps, precision=args.precision, compile=args.compile, device=args.device,
-                          ckpt_every=0, sample_every=0, log_every=args.steps, progress=False, out=Path(run_dir),
-                          timing_warmup=min(args.steps // 2, 200))  # fmt: skip
+        cfg = TrainConfig(
+            data=args.data,
+            loader=args.loader,
+            model=args.model,
+            batch_size=args.batch_size,
+            steps=args.steps,
+            precision=args.precision,
+            compile=args.compile,
+            device=args.device,
+            ckpt_every=0,
+            sample_every=0,
+            log_every=args.steps,
+            progress=False,
+            out=Path(run_dir),
+            timing_warmup=min(args.steps // 2, 200),
+        )
         summary = main(cfg).to_dict()
     out.write_text(json.dumps({"form": form} | summary, default=str) + "\n")
 
@@ -65,12 +77,23 @@ def compare(runs: dict[str, dict], width: int) -> dict:
     rows = []
     for i, ((m1, e1), (m2, e2)) in enumerate(zip(cur, prev)):
         se = math.hypot(e1, e2)
-        rows.append({"steps": [i * width + 1, (i + 1) * width], "current": m1, "previous": m2,
-                     "difference": m1 - m2, "z": (m1 - m2) / se if se else 0.0})  # fmt: skip
+        rows.append(
+            {
+                "steps": [i * width + 1, (i + 1) * width],
+                "current": m1,
+                "previous": m2,
+                "difference": m1 - m2,
+                "z": (m1 - m2) / se if se else 0.0,
+            }
+        )
     zs = [r["z"] for r in rows]
-    return {"window": width, "windows": rows, "max_abs_z": max(map(abs, zs)),
-            "mean_z": statistics.fmean(zs),  # a systematic shift shows here, random drift averages out
-            "within_2_se": sum(abs(z) <= 2 for z in zs) / len(zs)}  # fmt: skip
+    return {
+        "window": width,
+        "windows": rows,
+        "max_abs_z": max(map(abs, zs)),
+        "mean_z": statistics.fmean(zs),  # a systematic shift shows here, random drift averages out
+        "within_2_se": sum(abs(z) <= 2 for z in zs) / len(zs),
+    }
 
 
 def plot(result: dict, path: Path) -> None:
@@ -86,8 +109,12 @@ def plot(result: dict, path: Path) -> None:
         rate = result["runs"][form]["samples_per_s"]
         ax.plot(steps, [r[form] for r in rows], marker=".", label=f"{form} forms ({rate:,.0f} samples/s)")
     args = result["args"]
-    ax.set(xlabel="step", ylabel=f"mean loss over {result['comparison']['window']} steps", yscale="log",
-           title=f"{args['model']}, batch {args['batch_size']}: faster forms vs previous")  # fmt: skip
+    ax.set(
+        xlabel="step",
+        ylabel=f"mean loss over {result['comparison']['window']} steps",
+        yscale="log",
+        title=f"{args['model']}, batch {args['batch_size']}: faster forms vs previous",
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -120,22 +147,28 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     runs = {}
     for form in FORMS:  # a fresh process each: compiled graphs and the patched class stay in their own run
-        subprocess.run([sys.executable, "-m", "bench.studies.forms_loss_curve", *(argv or sys.argv[1:]),
-                        "--form", form], check=True)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "bench.studies.forms_loss_curve", *(argv or sys.argv[1:]), "--form", form],
+            check=True,
+        )
         runs[form] = json.loads((args.out / f"run-{form}.json").read_text())
     keep = ("samples_per_s", "final_loss", "wall_s", "param_checksum", "losses", "config")
-    result = {"run": run_record(args.device) | {"command": " ".join(sys.argv)},
-              "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "form"},
-              "runs": {f: {k: r[k] for k in keep} for f, r in runs.items()},
-              "comparison": compare(runs, args.window)}  # fmt: skip
+    result = {
+        "run": run_record(args.device) | {"command": " ".join(sys.argv)},
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items() if k != "form"},
+        "runs": {f: {k: r[k] for k in keep} for f, r in runs.items()},
+        "comparison": compare(runs, args.window),
+    }
     (args.out / "curves.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
     for form in FORMS:
         (args.out / f"run-{form}.json").unlink()
     plot(result, args.out / "curves.png")
     c = result["comparison"]
-    print(f"{len(c['windows'])} windows of {c['window']} steps: |z| <= 2 in {c['within_2_se']:.0%}, max |z| "
-          f"{c['max_abs_z']:.2f}, mean z {c['mean_z']:+.2f}; rates current {runs['current']['samples_per_s']:,.0f}, "
-          f"previous {runs['previous']['samples_per_s']:,.0f} samples/s")  # fmt: skip
+    print(
+        f"{len(c['windows'])} windows of {c['window']} steps: |z| <= 2 in {c['within_2_se']:.0%}, max |z| "
+        f"{c['max_abs_z']:.2f}, mean z {c['mean_z']:+.2f}; rates current {runs['current']['samples_per_s']:,.0f}, "
+        f"previous {runs['previous']['samples_per_s']:,.0f} samples/s"
+    )
     return result
 
 

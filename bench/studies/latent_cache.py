@@ -25,20 +25,39 @@ def build_vaes(out: Path) -> dict:
     from diffusers import AutoencoderKL
 
     shapes = {
-        "sd": dict(in_channels=3, out_channels=3, block_out_channels=(128, 256, 512, 512), latent_channels=4,
-                   scaling_factor=0.18215, sample_size=256),
-        "audioldm": dict(in_channels=1, out_channels=1, block_out_channels=(128, 256, 512), latent_channels=8,
-                         scaling_factor=1.0, sample_size=256),
-    }  # fmt: skip
+        "sd": dict(
+            in_channels=3,
+            out_channels=3,
+            block_out_channels=(128, 256, 512, 512),
+            latent_channels=4,
+            scaling_factor=0.18215,
+            sample_size=256,
+        ),
+        "audioldm": dict(
+            in_channels=1,
+            out_channels=1,
+            block_out_channels=(128, 256, 512),
+            latent_channels=8,
+            scaling_factor=1.0,
+            sample_size=256,
+        ),
+    }
     params = {}
     for name, kw in shapes.items():
         torch.manual_seed(0)
         n = len(kw["block_out_channels"])
-        vae = AutoencoderKL(down_block_types=("DownEncoderBlock2D",) * n, up_block_types=("UpDecoderBlock2D",) * n,
-                            layers_per_block=2, norm_num_groups=32, **kw)  # fmt: skip
+        vae = AutoencoderKL(
+            down_block_types=("DownEncoderBlock2D",) * n,
+            up_block_types=("UpDecoderBlock2D",) * n,
+            layers_per_block=2,
+            norm_num_groups=32,
+            **kw,
+        )
         vae.save_pretrained(out / name)
-        params[name] = {"encoder": sum(p.numel() for p in vae.encoder.parameters()),
-                        "all": sum(p.numel() for p in vae.parameters())}  # fmt: skip
+        params[name] = {
+            "encoder": sum(p.numel() for p in vae.encoder.parameters()),
+            "all": sum(p.numel() for p in vae.parameters()),
+        }
     return params
 
 
@@ -61,9 +80,16 @@ def encoder_rate(vae_dir: str, shape: tuple[int, ...], batch: int, steps: int, c
         end.record()
     torch.cuda.synchronize()
     seconds = start.elapsed_time(end) / 1000
-    return {"vae": vae_dir, "shape": list(shape), "batch_size": batch, "steps": steps, "compile": compile,
-            "samples_per_s": batch * steps / seconds, "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__}  # fmt: skip
+    return {
+        "vae": vae_dir,
+        "shape": list(shape),
+        "batch_size": batch,
+        "steps": steps,
+        "compile": compile,
+        "samples_per_s": batch * steps / seconds,
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

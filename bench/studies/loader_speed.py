@@ -46,8 +46,17 @@ def sync(device: str) -> None:
 def ours(name: str, args) -> dict:
     from loaders import build_loader
 
-    loader = build_loader(name, args.data, batch_size=args.batch_size, workers=args.workers, pin_memory=True,
-                          device=args.device, shuffle=True, augment=True, drop_last=True)  # fmt: skip
+    loader = build_loader(
+        name,
+        args.data,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        pin_memory=True,
+        device=args.device,
+        shuffle=True,
+        augment=True,
+        drop_last=True,
+    )
 
     def epoch(e):
         loader.set_epoch(e)
@@ -71,13 +80,27 @@ def upstream_ffcv(args) -> dict:
     dev = torch.device(args.device)
     fill = tuple(map(int, mean))
     # as upstream, except Convert(float32) where it has float16: our loaders deliver float32 too
-    image = [SimpleRGBImageDecoder(), T.RandomHorizontalFlip(), T.RandomTranslate(padding=2, fill=fill),
-             T.Cutout(4, fill), T.ToTensor(), T.ToDevice(dev, non_blocking=True), T.ToTorchImage(),
-             T.Convert(torch.float32), torchvision.transforms.Normalize(mean, std)]  # fmt: skip
+    image = [
+        SimpleRGBImageDecoder(),
+        T.RandomHorizontalFlip(),
+        T.RandomTranslate(padding=2, fill=fill),
+        T.Cutout(4, fill),
+        T.ToTensor(),
+        T.ToDevice(dev, non_blocking=True),
+        T.ToTorchImage(),
+        T.Convert(torch.float32),
+        torchvision.transforms.Normalize(mean, std),
+    ]
     label = [IntDecoder(), T.ToTensor(), T.ToDevice(dev), T.Squeeze()]
-    loader = Loader(str(args.data / "data.beton"), batch_size=args.batch_size, num_workers=args.workers,
-                    order=OrderOption.RANDOM, drop_last=True, pipelines={"image": image, "label": label},
-                    os_cache=True)  # fmt: skip
+    loader = Loader(
+        str(args.data / "data.beton"),
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        order=OrderOption.RANDOM,
+        drop_last=True,
+        pipelines={"image": image, "label": label},
+        os_cache=True,
+    )
     return timed(lambda e: (b[0] for b in loader), args.epochs, args.device)
 
 
@@ -96,21 +119,32 @@ def naive_dali(args) -> dict:
         def pipe():
             x = fn.readers.numpy(file_root=tmp, random_shuffle=True, name="reader")
             x = x.gpu() if gpu else x
-            return fn.crop_mirror_normalize(x, dtype=types.FLOAT, output_layout="CHW", mean=[127.5] * 3,
-                                            std=[127.5] * 3, mirror=fn.random.coin_flip())  # fmt: skip
+            return fn.crop_mirror_normalize(
+                x,
+                dtype=types.FLOAT,
+                output_layout="CHW",
+                mean=[127.5] * 3,
+                std=[127.5] * 3,
+                mirror=fn.random.coin_flip(),
+            )
 
         p = pipe()
         p.build()
-        it = DALIGenericIterator([p], ["x"], reader_name="reader", last_batch_policy=LastBatchPolicy.DROP,
-                                 auto_reset=True)  # fmt: skip
+        it = DALIGenericIterator(
+            [p], ["x"], reader_name="reader", last_batch_policy=LastBatchPolicy.DROP, auto_reset=True
+        )
         return timed(lambda e: (b[0]["x"] for b in it), args.epochs, args.device)
 
 
 CONTENDERS = {
-    "torch": lambda a: ours("torch", a), "hdf5": lambda a: ours("hdf5", a), "ffcv": lambda a: ours("ffcv", a),
-    "dali": lambda a: ours("dali", a), "gpu": lambda a: ours("gpu", a),
-    "upstream_ffcv": upstream_ffcv, "naive_dali_npy": naive_dali,
-}  # fmt: skip
+    "torch": lambda a: ours("torch", a),
+    "hdf5": lambda a: ours("hdf5", a),
+    "ffcv": lambda a: ours("ffcv", a),
+    "dali": lambda a: ours("dali", a),
+    "gpu": lambda a: ours("gpu", a),
+    "upstream_ffcv": upstream_ffcv,
+    "naive_dali_npy": naive_dali,
+}
 TARGETS = [("ffcv", "upstream_ffcv", 1.0), ("dali", "naive_dali_npy", 3.0), ("hdf5", "torch", 4.0)]
 
 
@@ -154,11 +188,15 @@ def main(argv: list[str] | None = None) -> dict:
             results[name] = {"error": f"{type(e).__name__}: {e}"}
         print(f"{name}: {results[name].get('samples_per_s', results[name].get('error'))}", file=sys.stderr, flush=True)
     rate = {k: v.get("samples_per_s") for k, v in results.items()}
-    checks = {f"{a}/{b}": {"ratio": rate[a] / rate[b], "target": t} for a, b, t in TARGETS
-              if rate.get(a) and rate.get(b)}  # fmt: skip
+    checks = {
+        f"{a}/{b}": {"ratio": rate[a] / rate[b], "target": t} for a, b, t in TARGETS if rate.get(a) and rate.get(b)
+    }
     print(table(results, checks))
-    record = run_record() | {"config": vars(args) | {"data": str(args.data), "out": str(args.out)},
-                             "results": results, "ratios": checks}  # fmt: skip
+    record = run_record() | {
+        "config": vars(args) | {"data": str(args.data), "out": str(args.out)},
+        "results": results,
+        "ratios": checks,
+    }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")

@@ -34,9 +34,17 @@ def main(argv: list[str] | None = None) -> None:
     model = Unet(dim=a.dim, dim_mults=tuple(int(m) for m in a.dim_mults.split(",")), flash_attn=False)
     diffusion = GaussianDiffusion(model, image_size=a.image_size, timesteps=a.timesteps, sampling_timesteps=10)
     with tempfile.TemporaryDirectory() as results:
-        trainer = Trainer(diffusion, a.folder, train_batch_size=a.batch_size, train_num_steps=a.steps,
-                          amp=not a.no_amp, calculate_fid=False, save_and_sample_every=10**9,
-                          results_folder=results, num_samples=4)  # fmt: skip
+        trainer = Trainer(
+            diffusion,
+            a.folder,
+            train_batch_size=a.batch_size,
+            train_num_steps=a.steps,
+            amp=not a.no_amp,
+            calculate_fid=False,
+            save_and_sample_every=10**9,
+            results_folder=results,
+            num_samples=4,
+        )
         loader = None
         if a.gpufeed:
             from loaders.integrations.lucidrains import use_gpufeed

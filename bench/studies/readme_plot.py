@@ -51,13 +51,20 @@ def draw(results: Path, out: Path) -> Path:
             wx = [g["workers"] for g in gs] if gs[0]["workers"] is not None else [min(xs), max(xs)]
             ys = [100 * g[key] for g in gs] if gs[0]["workers"] is not None else [100 * gs[0][key]] * 2
             name = {"torch": "torch (DataLoader over files)", "gpu": "gpu (resident, no workers)"}.get(backend, backend)
-            ax.plot(wx, ys, "-" if gs[0]["workers"] is not None else "--", marker="o" if len(gs) > 1 else None,
-                    color=COLORS[backend], label=name)  # fmt: skip
+            ax.plot(
+                wx,
+                ys,
+                "-" if gs[0]["workers"] is not None else "--",
+                marker="o" if len(gs) > 1 else None,
+                color=COLORS[backend],
+                label=name,
+            )
         ax.set(xlabel="workers (processes or threads)", ylabel=label, xticks=xs)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle("Real CIFAR-10, ddpm_cifar10 batch 128, bf16, compiled, one H100 (pin_memory on; median of 2 runs)",
-                 fontsize=9)  # fmt: skip
+    fig.suptitle(
+        "Real CIFAR-10, ddpm_cifar10 batch 128, bf16, compiled, one H100 (pin_memory on; median of 2 runs)", fontsize=9
+    )
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)

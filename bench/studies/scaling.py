@@ -42,15 +42,26 @@ def weak_table(rs: list[dict]) -> list[str]:
     same setting's 1-GPU rate (one GPU trains without any gradient sync, so every grad_sync shares it)."""
     free = [r for r in rs if r["kind"] == "data_free"]
     one = {(r["model"], r["batch_size"], r["cpus"], r["compile"]): r["samples_per_s"] for r in free if r["nproc"] == 1}
-    lines = ["| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold | ranks' "
-             "weights equal |", "|---|--:|--:|---|--:|--:|--:|--:|---|"]  # fmt: skip
+    lines = [
+        "| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold | ranks' "
+        "weights equal |",
+        "|---|--:|--:|---|--:|--:|--:|--:|---|",
+    ]
     for r in sorted(free, key=lambda r: (r["model"], r["batch_size"], str(r["cpus"]), r["grad_sync"], r["nproc"])):
         base = one.get((r["model"], r["batch_size"], r["cpus"], r["compile"]))
         up = r["samples_per_s"] / base if base else None
         sync = r["grad_sync"] if r["nproc"] > 1 else "–"
-        cells = [r["model"], r["batch_size"], r["cpus"] or "all", sync, r["nproc"], f"{r['samples_per_s']:,.0f}",
-                 _f(up, ".2f", "×"), _f(up and up / r["nproc"], ".1%"),
-                 {None: "–", True: "yes", False: "NO"}[r["weights_equal"]]]  # fmt: skip
+        cells = [
+            r["model"],
+            r["batch_size"],
+            r["cpus"] or "all",
+            sync,
+            r["nproc"],
+            f"{r['samples_per_s']:,.0f}",
+            _f(up, ".2f", "×"),
+            _f(up and up / r["nproc"], ".1%"),
+            {None: "–", True: "yes", False: "NO"}[r["weights_equal"]],
+        ]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
@@ -62,31 +73,46 @@ def strong_table(rs: list[dict]) -> list[str]:
     groups: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in free:
         groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"])][r["nproc"]] = r
-    lines = ["| model | global batch | cores per rank | GPUs | batch per GPU | samples/s | speed-up |",
-             "|---|--:|--:|--:|--:|--:|--:|"]  # fmt: skip
+    lines = [
+        "| model | global batch | cores per rank | GPUs | batch per GPU | samples/s | speed-up |",
+        "|---|--:|--:|--:|--:|--:|--:|",
+    ]
     for (model, total, cpus, _), by_n in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if 1 not in by_n or len(by_n) < 2:
             continue
         for n, r in sorted(by_n.items()):
             up = r["samples_per_s"] / by_n[1]["samples_per_s"]
-            lines.append(f"| {model} | {total} | {cpus or 'all'} | {n} | {r['batch_size']} | "
-                         f"{r['samples_per_s']:,.0f} | {up:.2f}× |")  # fmt: skip
+            lines.append(
+                f"| {model} | {total} | {cpus or 'all'} | {n} | {r['batch_size']} | "
+                f"{r['samples_per_s']:,.0f} | {up:.2f}× |"
+            )
     return lines
 
 
 def loader_table(rs: list[dict]) -> list[str]:
     """Each loader run against the data-free rate of its own rank count, with who made the others wait."""
-    lines = ["| model | GPUs | cores per rank | loader | samples/s | of data-free | starvation (mean) | some rank "
-             "starved | made the others wait | of the lost rate |",
-             "|---|--:|--:|---|--:|--:|--:|--:|---|--:|"]  # fmt: skip
+    lines = [
+        "| model | GPUs | cores per rank | loader | samples/s | of data-free | starvation (mean) | some rank "
+        "starved | made the others wait | of the lost rate |",
+        "|---|--:|--:|---|--:|--:|--:|--:|---|--:|",
+    ]
     for r in sorted((r for r in rs if r["kind"] == "loader"), key=lambda r: (r["model"], r["nproc"], r["backend"])):
         who = f"rank {r['waited_on_rank']} ({r['waited_on_share']:.0%})" if r.get("waited_on_rank") is not None else "–"
         lost = 1 - r["vs_data_free"] if r.get("vs_data_free") else None
         explains = r["starvation_any"] / lost if r.get("starvation_any") is not None and lost and lost > 0 else None
         loader = r["backend"] + ("" if r["workers"] is None else f", {r['workers']} workers")
-        cells = [r["model"], r["nproc"], r["cpus"] or "all", loader, f"{r['samples_per_s']:,.0f}",
-                 _f(r.get("vs_data_free"), ".1%"), _f(r["starvation"], ".2%"), _f(r.get("starvation_any"), ".2%"),
-                 who, _f(explains, ".0%")]  # fmt: skip
+        cells = [
+            r["model"],
+            r["nproc"],
+            r["cpus"] or "all",
+            loader,
+            f"{r['samples_per_s']:,.0f}",
+            _f(r.get("vs_data_free"), ".1%"),
+            _f(r["starvation"], ".2%"),
+            _f(r.get("starvation_any"), ".2%"),
+            who,
+            _f(explains, ".0%"),
+        ]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 
@@ -181,10 +207,31 @@ def summary(results: Path, steps: int) -> dict:
     md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
     md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
     (results / "summary.md").write_text("\n".join(md) + "\n")
-    rates = [{k: r.get(k) for k in ("grid", "name", "kind", "model", "batch_size", "nproc", "cpus", "grad_sync",
-                                    "backend", "workers", "samples_per_s", "vs_data_free", "starvation",
-                                    "starvation_any", "waited_on_rank", "waited_on_share", "weights_equal")}
-             for r in rs]  # fmt: skip
+    rates = [
+        {
+            k: r.get(k)
+            for k in (
+                "grid",
+                "name",
+                "kind",
+                "model",
+                "batch_size",
+                "nproc",
+                "cpus",
+                "grad_sync",
+                "backend",
+                "workers",
+                "samples_per_s",
+                "vs_data_free",
+                "starvation",
+                "starvation_any",
+                "waited_on_rank",
+                "waited_on_share",
+                "weights_equal",
+            )
+        }
+        for r in rs
+    ]
     record = {"runs": rates, "traces": found}
     (results / "summary.json").write_text(json.dumps(record, indent=1))
     print("\n".join(md))

@@ -51,12 +51,29 @@ def write_latents(out: Path, count: int) -> None:
         writer.write(chunk)
         digest.update(chunk)
     files = _describe_files(out, writer.finish(), 4)
-    latent = {"of": "image", "views": ["image", "mirror"], "shape": list(LATENT[2:]), "scaling_factor": 0.18215,
-              "shift_factor": 0.0, "vae": {"name": "synthetic", "sha256": "none"}, "size": 256}  # fmt: skip
-    manifest = {"gpufeed_version": "study", "kind": "latent", "sample_shape": list(LATENT), "dtype": "float16",
-                "count": digest.count, "classes": ["a", "b"], "digest": digest.result(), "audio": None,
-                "formats": {"stream": {"files": files}}, "latent": latent, "skipped": [],
-                "source": {"kind": "synthetic-latents", "path": None, "split": "train"}}  # fmt: skip
+    latent = {
+        "of": "image",
+        "views": ["image", "mirror"],
+        "shape": list(LATENT[2:]),
+        "scaling_factor": 0.18215,
+        "shift_factor": 0.0,
+        "vae": {"name": "synthetic", "sha256": "none"},
+        "size": 256,
+    }
+    manifest = {
+        "gpufeed_version": "study",
+        "kind": "latent",
+        "sample_shape": list(LATENT),
+        "dtype": "float16",
+        "count": digest.count,
+        "classes": ["a", "b"],
+        "digest": digest.result(),
+        "audio": None,
+        "formats": {"stream": {"files": files}},
+        "latent": latent,
+        "skipped": [],
+        "source": {"kind": "synthetic-latents", "path": None, "split": "train"},
+    }
     write_json_atomic(out / "manifest.json", manifest)
 
 
@@ -64,8 +81,16 @@ def prepare(server, bucket: str, images: int, latents: int, tmp: Path) -> None:
     from dataprep.convert import ConvertConfig, convert
     from dataprep.remote import upload_dir
 
-    convert(ConvertConfig(output=f"s3://{bucket}/images", source="synthetic-images", limit=images,
-                          formats=("stream",), workers=2, progress=False))  # fmt: skip
+    convert(
+        ConvertConfig(
+            output=f"s3://{bucket}/images",
+            source="synthetic-images",
+            limit=images,
+            formats=("stream",),
+            workers=2,
+            progress=False,
+        )
+    )
     write_latents(tmp / "latents", latents)
     upload_dir(tmp / "latents", f"s3://{bucket}/latents", overwrite=False)
 
@@ -78,9 +103,16 @@ def cell(job: dict) -> dict:
     link = ShapedLink(job["server_port"], job["rate"] or None, job["delay"], cpus=job["link_cpus"]).start()
     os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{link.port}"
     try:
-        loader = build_loader("stream", job["url"], batch_size=job["batch_size"], workers=job["workers"],
-                              pin_memory=job["device"].startswith("cuda"), device=job["device"], seed=0,
-                              prefetch=job["prefetch"])  # fmt: skip
+        loader = build_loader(
+            "stream",
+            job["url"],
+            batch_size=job["batch_size"],
+            workers=job["workers"],
+            pin_memory=job["device"].startswith("cuda"),
+            device=job["device"],
+            seed=0,
+            prefetch=job["prefetch"],
+        )
         n = len(loader)
         result = run_model(loader, job, 2 * n) if job["model"] != "none" else run_alone(loader, 2 * n)
         loader.close()
@@ -99,9 +131,21 @@ def run_model(loader, job: dict, steps: int) -> dict:
     from training.starvation import latest_timer
 
     with tempfile.TemporaryDirectory() as run:
-        cfg = TrainConfig(data=job["url"], loader="stream", model=job["model"], batch_size=job["batch_size"],
-                          steps=steps, precision=job["precision"], device=job["device"], timing_warmup=1,
-                          ckpt_every=0, sample_every=0, log_every=steps, progress=False, out=Path(run))  # fmt: skip
+        cfg = TrainConfig(
+            data=job["url"],
+            loader="stream",
+            model=job["model"],
+            batch_size=job["batch_size"],
+            steps=steps,
+            precision=job["precision"],
+            device=job["device"],
+            timing_warmup=1,
+            ckpt_every=0,
+            sample_every=0,
+            log_every=steps,
+            progress=False,
+            out=Path(run),
+        )
         summary = main(cfg, loader=loader)
     return {"timer": latest_timer(), "samples_per_s_total": summary.samples_per_s}
 
@@ -202,17 +246,31 @@ def run_all(a) -> None:
             for cores in map(int, a.cores.split(",")):
                 data = DATA_OF[model]
                 cpus, link = every[:cores], every[cores:] or every
-                job = {"name": f"{model}-{cores}cores.json", "model": model, "cpus": cpus, "link_cpus": link,
-                       "data": data, "url": f"s3://study/{data}", "local_manifest": str(tmp / f"{data}-manifest"),
-                       "server_port": server.port, "workers": cores, "batch_size": a.batch_size,
-                       "prefetch": a.prefetch, "device": a.device, "steps": 60,
-                       "precision": "bf16" if a.device.startswith("cuda") else "fp32",
-                       "rates": [float(r) for r in a.rates.split(",")],
-                       "delays": [float(d) for d in a.delays.split(",")]}  # fmt: skip
-                subprocess.run([sys.executable, "-m", "bench.studies.stream_gpu", "--out", str(a.out), "--group",
-                                json.dumps(job)], check=False)  # fmt: skip
-    (a.out / "environment.json").write_text(json.dumps(run_record(a.device) | {"args": vars(a) | {"out": str(a.out)}},
-                                                       indent=1, default=str))  # fmt: skip
+                job = {
+                    "name": f"{model}-{cores}cores.json",
+                    "model": model,
+                    "cpus": cpus,
+                    "link_cpus": link,
+                    "data": data,
+                    "url": f"s3://study/{data}",
+                    "local_manifest": str(tmp / f"{data}-manifest"),
+                    "server_port": server.port,
+                    "workers": cores,
+                    "batch_size": a.batch_size,
+                    "prefetch": a.prefetch,
+                    "device": a.device,
+                    "steps": 60,
+                    "precision": "bf16" if a.device.startswith("cuda") else "fp32",
+                    "rates": [float(r) for r in a.rates.split(",")],
+                    "delays": [float(d) for d in a.delays.split(",")],
+                }
+                subprocess.run(
+                    [sys.executable, "-m", "bench.studies.stream_gpu", "--out", str(a.out), "--group", json.dumps(job)],
+                    check=False,
+                )
+    (a.out / "environment.json").write_text(
+        json.dumps(run_record(a.device) | {"args": vars(a) | {"out": str(a.out)}}, indent=1, default=str)
+    )
     with tarfile.open(a.out / "stream_gpu.tar", "w") as tar:
         for path in sorted(a.out.glob("*.json")):
             tar.add(path, arcname=path.name)

@@ -55,8 +55,10 @@ def write_mosaic(data: Path, out: Path, shard_bytes: int) -> None:
     import h5py
     from streaming import MDSWriter
 
-    with h5py.File(data / "data.h5") as f, MDSWriter(out=str(out), columns={"x": "bytes", "y": "int", "i": "int"},
-                                                     size_limit=shard_bytes) as writer:  # fmt: skip
+    with (
+        h5py.File(data / "data.h5") as f,
+        MDSWriter(out=str(out), columns={"x": "bytes", "y": "int", "i": "int"}, size_limit=shard_bytes) as writer,
+    ):
         x, y = f["x"], f["y"][:]
         for i in range(len(y)):
             writer.write({"x": x[i].tobytes(), "y": int(y[i]), "i": i})
@@ -74,8 +76,9 @@ def upload(local: Path, bucket: str, prefix: str) -> None:
 def shard_of(library: str, local: Path) -> np.ndarray:
     """Manifest index -> shard number, from the library's own index file."""
     index = json.loads((local / "index.json").read_text())
-    sizes = [c["chunk_size"] for c in index["chunks"]] if library == "litdata" else \
-        [s["samples"] for s in index["shards"]]  # fmt: skip
+    sizes = (
+        [c["chunk_size"] for c in index["chunks"]] if library == "litdata" else [s["samples"] for s in index["shards"]]
+    )
     return np.repeat(np.arange(len(sizes)), sizes)
 
 
@@ -110,12 +113,15 @@ def one_run(library: str, url: str, workers: int, shards: np.ndarray) -> dict:
                 distinct.append(len(np.unique(shards[idx])))
             wall = time.perf_counter() - t0
             order = np.concatenate(order)
-            out[f"epoch{epoch}"] = {"samples": n, "seconds": round(wall, 3), "samples_per_s": round(n / wall, 1),
-                                    "first_batch_s": round(first, 3),
-                                    "distinct_shards_per_batch": float(np.mean(distinct)),
-                                    "step_distance_vs_uniform": float(np.abs(np.diff(order)).mean()
-                                                                      / (len(shards) / 3)),
-                                    "unique_samples": int(len(np.unique(order)))}  # fmt: skip
+            out[f"epoch{epoch}"] = {
+                "samples": n,
+                "seconds": round(wall, 3),
+                "samples_per_s": round(n / wall, 1),
+                "first_batch_s": round(first, 3),
+                "distinct_shards_per_batch": float(np.mean(distinct)),
+                "step_distance_vs_uniform": float(np.abs(np.diff(order)).mean() / (len(shards) / 3)),
+                "unique_samples": int(len(np.unique(order))),
+            }
         del dl
     return out
 
@@ -153,12 +159,28 @@ def run_study(a) -> None:
 
         boto3.client("s3").create_bucket(Bucket="study")
         shard_bytes = int(a.shard_mb * 2**20)
-        subprocess.run([sys.executable, "-c", f"from bench.studies.stream_libraries import write_litdata as w; "
-                        f"from pathlib import Path; w(Path({str(a.data)!r}), Path({str(tmp / 'litdata')!r}), "
-                        f"{shard_bytes})"], check=True, env=env)  # fmt: skip
-        subprocess.run([sys.executable, "-c", f"from bench.studies.stream_libraries import write_mosaic as w; "
-                        f"from pathlib import Path; w(Path({str(a.data)!r}), Path({str(tmp / 'mosaic')!r}), "
-                        f"{shard_bytes})"], check=True, env=env)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from bench.studies.stream_libraries import write_litdata as w; "
+                f"from pathlib import Path; w(Path({str(a.data)!r}), Path({str(tmp / 'litdata')!r}), "
+                f"{shard_bytes})",
+            ],
+            check=True,
+            env=env,
+        )
+        subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                f"from bench.studies.stream_libraries import write_mosaic as w; "
+                f"from pathlib import Path; w(Path({str(a.data)!r}), Path({str(tmp / 'mosaic')!r}), "
+                f"{shard_bytes})",
+            ],
+            check=True,
+            env=env,
+        )
         runs, layout = [], {}
         for library in LIBRARIES:
             upload(tmp / library, "study", library)
@@ -168,11 +190,26 @@ def run_study(a) -> None:
         for r in range(a.rounds):
             for workers in map(int, a.workers.split(",")):
                 for library in LIBRARIES if r % 2 == 0 else LIBRARIES[::-1]:
-                    job = {"library": library, "url": f"s3://study/{library}", "workers": workers,
-                           "shards": str(tmp / f"{library}-shards.npy")}  # fmt: skip
+                    job = {
+                        "library": library,
+                        "url": f"s3://study/{library}",
+                        "workers": workers,
+                        "shards": str(tmp / f"{library}-shards.npy"),
+                    }
                     out = tmp / "one.json"
-                    subprocess.run([sys.executable, "-m", "bench.studies.stream_libraries", "--out", str(out),
-                                    "--one", json.dumps(job)], check=True, env=env)  # fmt: skip
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            "-m",
+                            "bench.studies.stream_libraries",
+                            "--out",
+                            str(out),
+                            "--one",
+                            json.dumps(job),
+                        ],
+                        check=True,
+                        env=env,
+                    )
                     runs.append(json.loads(out.read_text()) | {"round": r})
                     print(json.dumps(runs[-1]), flush=True)
     versions = {}
@@ -181,9 +218,17 @@ def run_study(a) -> None:
         versions[name] = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True
         ).stdout.strip()
-    record = {"study": "stream_libraries", "data": str(a.data), "shard_mb": a.shard_mb, "batch_size": 128,
-              "layout": layout, "versions": versions, "runs": runs, "environment": run_record("cpu"),
-              "command": " ".join(sys.argv)}  # fmt: skip
+    record = {
+        "study": "stream_libraries",
+        "data": str(a.data),
+        "shard_mb": a.shard_mb,
+        "batch_size": 128,
+        "layout": layout,
+        "versions": versions,
+        "runs": runs,
+        "environment": run_record("cpu"),
+        "command": " ".join(sys.argv),
+    }
     a.out.write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -89,9 +89,17 @@ MODES = {
 
 # the default run stays near 6 minutes on an H100: max-autotune and coordinate-descent tuning add minutes of tuning per
 # mode, and the single previous forms are for a closer look
-GPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last", "bf16_cl_compile", "bf16_cl_compile_cudagraphs",
-               "bf16_cl_cudagraphs_prev_all", "bf16_cl_cudagraphs_torch_gn", "bf16_compile_cudagraphs",
-               "bf16_cl_loss_cudagraphs")  # fmt: skip
+GPU_DEFAULT = (
+    "fp32_eager",
+    "bf16_eager",
+    "bf16_channels_last",
+    "bf16_cl_compile",
+    "bf16_cl_compile_cudagraphs",
+    "bf16_cl_cudagraphs_prev_all",
+    "bf16_cl_cudagraphs_torch_gn",
+    "bf16_compile_cudagraphs",
+    "bf16_cl_loss_cudagraphs",
+)
 CPU_DEFAULT = ("fp32_eager", "bf16_eager", "bf16_channels_last")  # compiling on 2 cores takes minutes
 
 
@@ -111,8 +119,10 @@ def build_step(mode: str, args: argparse.Namespace, x0: torch.Tensor):
     diffusion = GaussianDiffusion().to(args.device)
     opt = torch.optim.Adam(model.parameters(), lr=2e-4, fused=cuda)
     inductor = args.compile_backend == "inductor"  # another backend takes no mode
-    compile_kw = {"mode": None if compile_mode == "default" or not inductor else compile_mode,
-                  "backend": args.compile_backend}  # fmt: skip
+    compile_kw = {
+        "mode": None if compile_mode == "default" or not inductor else compile_mode,
+        "backend": args.compile_backend,
+    }
     net = torch.compile(model, **compile_kw) if compile_mode and compiled == "model" else model
     loss_fn = torch.compile(diffusion.loss, **compile_kw) if compile_mode and compiled == "loss" else diffusion.loss
     graphs = inductor and compile_mode in ("reduce-overhead", "max-autotune")
@@ -177,10 +187,16 @@ def measure(mode: str, args: argparse.Namespace, x0: torch.Tensor, flops_per_ima
     images_per_s = args.steps * args.batch_size / dt
     tflops = flops_per_image * images_per_s / 1e12
     peak = peak_tflops(args.device, "fp32" if MODES[mode].dtype is None else "bf16")[0]
-    return {"images_per_s": images_per_s, "step_ms": 1e3 * dt / args.steps, "tflops": tflops,
-            "mfu": tflops / peak if peak else None, "peak_tflops": peak or None, "warmup_s": warm_s,
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "mean_loss": mean_loss}  # fmt: skip
+    return {
+        "images_per_s": images_per_s,
+        "step_ms": 1e3 * dt / args.steps,
+        "tflops": tflops,
+        "mfu": tflops / peak if peak else None,
+        "peak_tflops": peak or None,
+        "warmup_s": warm_s,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "mean_loss": mean_loss,
+    }
 
 
 def cleanup(cuda: bool) -> None:
@@ -199,15 +215,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=50, help="timed steps per mode")
     p.add_argument("--warmup", type=int, help="untimed steps per mode (compile, autotune, cudnn); 15 on CUDA, 1 on CPU")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--modes", help=f"comma-separated, from: {', '.join(MODES)}; 'all' for every one "
-                   f"(default: all but max-autotune and the candidates on CUDA, the eager ones on CPU)")  # fmt: skip
+    p.add_argument(
+        "--modes",
+        help=f"comma-separated, from: {', '.join(MODES)}; 'all' for every one "
+        f"(default: all but max-autotune and the candidates on CUDA, the eager ones on CPU)",
+    )
     p.add_argument("--out", type=Path, help="write the raw results as JSON here")
-    p.add_argument("--profile", type=Path, metavar="DIR",
-                   help=f"also profile {PROFILED_STEPS} steps per mode into DIR/MODE: ops.md, ops.txt, "
-                   "trace.json")  # fmt: skip
-    p.add_argument("--compile-backend", default="inductor", choices=("inductor", "aot_eager"),
-                   help="aot_eager traces the compiled modes' model code (autograd included) without generating "
-                   "kernels: a quick check on a CPU, its timings mean nothing")  # fmt: skip
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help=f"also profile {PROFILED_STEPS} steps per mode into DIR/MODE: ops.md, ops.txt, trace.json",
+    )
+    p.add_argument(
+        "--compile-backend",
+        default="inductor",
+        choices=("inductor", "aot_eager"),
+        help="aot_eager traces the compiled modes' model code (autograd included) without generating "
+        "kernels: a quick check on a CPU, its timings mean nothing",
+    )
     args = p.parse_args(argv)
     if args.warmup is None:  # CUDA graphs and autotuning need several steps; the CPU only runs eager modes
         args.warmup = 15 if args.device.startswith("cuda") else 1
@@ -269,8 +295,11 @@ def run_mode(mode: str, args: argparse.Namespace, x: torch.Tensor, per_image: in
         print(f"{mode:28s} FAILED {r['error'][:200]}", flush=True)
         return r
     mfu = f"{100 * r['mfu']:5.1f}%" if r["mfu"] else "     -"
-    print(f"{mode:28s} {r['images_per_s']:9.0f} {r['step_ms']:8.2f} {r['tflops']:8.1f} {mfu} {r['warmup_s']:9.1f} "
-          f"{r['mean_loss']:7.4f}", flush=True)  # fmt: skip
+    print(
+        f"{mode:28s} {r['images_per_s']:9.0f} {r['step_ms']:8.2f} {r['tflops']:8.1f} {mfu} {r['warmup_s']:9.1f} "
+        f"{r['mean_loss']:7.4f}",
+        flush=True,
+    )
     return r
 
 

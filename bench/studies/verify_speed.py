@@ -32,8 +32,9 @@ def verify_once(code: Path, data: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(code))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "dataprep", "verify", str(data)], env=env, capture_output=True,
-                          text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataprep", "verify", str(data)], env=env, capture_output=True, text=True
+    )
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:

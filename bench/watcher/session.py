@@ -16,8 +16,17 @@ from .launch import run_program
 from .state import Settings
 from .verdict import verdict
 
-HEADLINE = ("samples_per_s", "starvation", "host_behind", "drained_at_request", "wait_median_ms", "wait_p95_ms",
-            "cpu_cores", "nvml_gpu_util_pct", "nvml_power_w")  # fmt: skip
+HEADLINE = (
+    "samples_per_s",
+    "starvation",
+    "host_behind",
+    "drained_at_request",
+    "wait_median_ms",
+    "wait_p95_ms",
+    "cpu_cores",
+    "nvml_gpu_util_pct",
+    "nvml_power_w",
+)
 
 
 @dataclass(kw_only=True)
@@ -50,9 +59,15 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     for r in range(cfg.repeats):
         for mode in modes(cfg):
             board = str(cfg.out / "tensorboard" / f"{mode}-r{r}") if cfg.tensorboard else None
-            settings = Settings(out=str(runs_dir / f"{mode}-r{r}"), warmup=cfg.warmup, every=cfg.every,
-                                loader_name=cfg.loader_name, data_free=mode == "data-free",
-                                replay_batches=cfg.replay_batches, tensorboard=board)  # fmt: skip
+            settings = Settings(
+                out=str(runs_dir / f"{mode}-r{r}"),
+                warmup=cfg.warmup,
+                every=cfg.every,
+                loader_name=cfg.loader_name,
+                data_free=mode == "data-free",
+                replay_batches=cfg.replay_batches,
+                tensorboard=board,
+            )
             echo(f"bench watch: {mode} run {r + 1} of {cfg.repeats}: {' '.join(cfg.command)}")
             run = run_program(cfg.command, settings, cfg.cpus)
             runs.append(run | {"repeat": r})
@@ -77,23 +92,37 @@ def summarise(cfg: WatchConfig, runs: list[dict]) -> dict:
     real = [x for x in runs if x["mode"] == "real" and x["figures"]]
     free = [x for x in runs if x["mode"] == "data-free" and x["figures"]]
     head = free if cfg.data_free else real  # never the data-free figures in place of a real run that failed
-    out: dict = {"command": cfg.command, "config": asdict(cfg) | {"out": str(cfg.out)}, "runs": runs,
-                 "loaders": runs[0]["loaders"] if runs else []}  # fmt: skip
+    out: dict = {
+        "command": cfg.command,
+        "config": asdict(cfg) | {"out": str(cfg.out)},
+        "runs": runs,
+        "loaders": runs[0]["loaders"] if runs else [],
+    }
     if not head:
         out["verdict"] = None
         return out
     last = head[-1]["figures"]
     out |= {k: _median(head, k) for k in HEADLINE}
-    out |= {"steps": last["steps"], "batch_size": last["batch_size"], "source": last["source"],
-            "ranks": last["ranks"], "loader": last["loader"],
-            "samples_per_s_range": [min(x["figures"]["samples_per_s"] for x in head),
-                                    max(x["figures"]["samples_per_s"] for x in head)]}  # fmt: skip
+    out |= {
+        "steps": last["steps"],
+        "batch_size": last["batch_size"],
+        "source": last["source"],
+        "ranks": last["ranks"],
+        "loader": last["loader"],
+        "samples_per_s_range": [
+            min(x["figures"]["samples_per_s"] for x in head),
+            max(x["figures"]["samples_per_s"] for x in head),
+        ],
+    }
     if "starvation_worst" in last:
         out["starvation_worst"] = max(x["figures"]["starvation_worst"] for x in head)
     if real and free:
         out["data_free"] = {k: _median(free, k) for k in HEADLINE}
-        ratios = [a["figures"]["samples_per_s"] / b["figures"]["samples_per_s"]
-                  for a, b in zip(real, free) if b["figures"]["samples_per_s"]]  # fmt: skip
+        ratios = [
+            a["figures"]["samples_per_s"] / b["figures"]["samples_per_s"]
+            for a, b in zip(real, free)
+            if b["figures"]["samples_per_s"]
+        ]
         out["vs_data_free"] = statistics.median(ratios) if ratios else None
         out["vs_data_free_range"] = [min(ratios), max(ratios)] if ratios else None
         if out["vs_data_free"] is not None:
@@ -118,8 +147,10 @@ def describe(summary: dict, out: Path) -> list[str]:
             "loaders; for any other iterable: `from bench import watch` / `for batch in watch(loader): ...`; "
             "for a short program, lower --timing-warmup."
         ]
-    lines = [f"bench watch: {summary['loader']}, {summary['steps']} steps of {summary['batch_size']} measured"
-             + (f" on {summary['ranks']} ranks" if summary["ranks"] > 1 else "")]  # fmt: skip
+    lines = [
+        f"bench watch: {summary['loader']}, {summary['steps']} steps of {summary['batch_size']} measured"
+        + (f" on {summary['ranks']} ranks" if summary["ranks"] > 1 else "")
+    ]
     rate = f"  rate {summary['samples_per_s']:,.0f} samples/s"
     lo, hi = summary["samples_per_s_range"]
     rate += f" (runs {lo:,.0f}-{hi:,.0f})" if len([r for r in summary["runs"] if r["mode"] == "real"]) > 1 else ""
@@ -128,8 +159,10 @@ def describe(summary: dict, out: Path) -> list[str]:
     lines.append(rate)
     worst = f" (worst rank {summary['starvation_worst']:.1%})" if "starvation_worst" in summary else ""
     behind = "" if summary["host_behind"] is None else f", host behind {summary['host_behind']:.0%}"
-    lines.append(f"  starvation {summary['starvation']:.1%}{worst}, wait median {summary['wait_median_ms']:.1f} ms "
-                 f"(p95 {summary['wait_p95_ms']:.1f}){behind}")  # fmt: skip
+    lines.append(
+        f"  starvation {summary['starvation']:.1%}{worst}, wait median {summary['wait_median_ms']:.1f} ms "
+        f"(p95 {summary['wait_p95_ms']:.1f}){behind}"
+    )
     if any(r["interrupted"] for r in summary["runs"]):
         lines.append("  interrupted: the figures cover the steps before the program stopped")
     if summary.get("verdict"):

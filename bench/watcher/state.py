@@ -145,8 +145,11 @@ def _board_scalars(step: int, f: dict) -> None:
 
         _BOARD.append(SummaryWriter(STATE.settings.tensorboard))
         atexit.register(_BOARD[0].close)
-    values = {"speed/images_per_s": f["samples_per_s"], "speed/starvation": f["starvation"],
-              "speed/host_wait_ms": f["wait_median_ms"]}  # fmt: skip
+    values = {
+        "speed/images_per_s": f["samples_per_s"],
+        "speed/starvation": f["starvation"],
+        "speed/host_wait_ms": f["wait_median_ms"],
+    }
     for tag, value in values.items():
         _BOARD[0].add_scalar(tag, value, step)
     if f["host_behind"] is not None:

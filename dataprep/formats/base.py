@@ -25,9 +25,12 @@ class DatasetMeta:
     def from_manifest(cls, manifest: dict) -> DatasetMeta:
         audio = manifest.get("audio") or {}
         return cls(
-            manifest["kind"], tuple(manifest["sample_shape"]), manifest["dtype"], manifest["classes"],
+            manifest["kind"],
+            tuple(manifest["sample_shape"]),
+            manifest["dtype"],
+            manifest["classes"],
             audio.get("sample_rate"),
-        )  # fmt: skip
+        )
 
     @property
     def record_bytes(self) -> int:

@@ -223,8 +223,10 @@ class Helper:
                     raise EOFError
             failure, times = self.conn.recv()
         except EOFError:
-            failure, times = RuntimeError(f"FFCV's writer process ended without a word (exit code "
-                                          f"{self.process.exitcode})"), {}  # fmt: skip
+            failure, times = (
+                RuntimeError(f"FFCV's writer process ended without a word (exit code {self.process.exitcode})"),
+                {},
+            )
         self.process.join()
         if failure is not None:
             raise failure
@@ -242,8 +244,9 @@ class FfcvWriter(FormatWriter):
     def start_early(cls) -> Helper:
         return Helper()
 
-    def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False,
-                 early: Helper | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early: Helper | None = None
+    ) -> None:
         super().__init__(out_dir, meta, workers, progress, early)
         self.staging = self.out_dir / STAGING
         self._f = open(self.staging, "wb")
@@ -283,15 +286,23 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
 
     kind = manifest["kind"]
     names = field_names(kind)
-    decoders = {"image": SimpleRGBImageDecoder(), "audio": NDArrayDecoder(), "latent": NDArrayDecoder(),
-                "label": IntDecoder()}  # fmt: skip
+    decoders = {
+        "image": SimpleRGBImageDecoder(),
+        "audio": NDArrayDecoder(),
+        "latent": NDArrayDecoder(),
+        "label": IntDecoder(),
+    }
     decoders["length"] = IntDecoder()
     path = data_file(data_dir)
     require_regular(path)  # FFCV's own open would wait on a FIFO for ever
     loader = Loader(
-        str(path), batch_size=chunk_size, num_workers=1, order=OrderOption.SEQUENTIAL,
-        drop_last=False, pipelines={n: [decoders[n]] for n in names},
-    )  # fmt: skip
+        str(path),
+        batch_size=chunk_size,
+        num_workers=1,
+        order=OrderOption.SEQUENTIAL,
+        drop_last=False,
+        pipelines={n: [decoders[n]] for n in names},
+    )
     for batch in loader:
         x, y = np.array(batch[0]), np.asarray(batch[1]).reshape(-1).astype(np.int64)
         x = x.view(manifest["dtype"]) if kind == "latent" else x

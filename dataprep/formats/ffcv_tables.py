@@ -37,8 +37,10 @@ def _tables(path: Path, manifest: dict, count: int, shape: tuple, names: tuple) 
     header = np.fromfile(path, dtype=HeaderType, count=1)[0]
     table_at = int(header["alloc_table_ptr"])
     if header["version"] != CURRENT_VERSION or header["num_samples"] != count or header["num_fields"] != len(names):
-        return (f"header says version {header['version']}, {header['num_samples']} samples, {header['num_fields']} "
-                f"fields; expected version {CURRENT_VERSION}, {count} samples, {len(names)} fields")  # fmt: skip
+        return (
+            f"header says version {header['version']}, {header['num_samples']} samples, {header['num_fields']} "
+            f"fields; expected version {CURRENT_VERSION}, {count} samples, {len(names)} fields"
+        )
     if not (HeaderType.itemsize < table_at <= size - ALLOC_TABLE_TYPE.itemsize):
         return f"allocation table offset {table_at} outside the file ({size} bytes)"
     if (size - table_at) % ALLOC_TABLE_TYPE.itemsize:

@@ -34,8 +34,17 @@ DTYPE = "float16"  # half the bytes of float32; its rounding (2^-11 relative) is
 class LatentEncoder:
     """Encodes chunks of one source kind; `describe()` is the manifest's "latent" entry."""
 
-    def __init__(self, vae: Vae, kind: str, sample_shape: tuple[int, ...], audio: AudioSpec, *, batch_size: int,
-                 precision: str = "fp32", compile: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        vae: Vae,
+        kind: str,
+        sample_shape: tuple[int, ...],
+        audio: AudioSpec,
+        *,
+        batch_size: int,
+        precision: str = "fp32",
+        compile: bool = False,
+    ) -> None:
         self.vae, self.kind, self.audio, self.batch_size = vae, kind, audio, batch_size
         self.device = next(vae.model.parameters()).device
         self.views = VIEWS[kind]
@@ -136,22 +145,30 @@ class LatentEncoder:
 
     def _halve(self) -> None:
         if self.piece == 1:
-            raise VaeError(f"out of GPU memory encoding a single sample on {self.device}; free the GPU or convert on "
-                           "another device (--device cpu)")  # fmt: skip
+            raise VaeError(
+                f"out of GPU memory encoding a single sample on {self.device}; free the GPU or convert on "
+                "another device (--device cpu)"
+            )
         if self._graphed is not None:
             self._graphed.reset()
         torch.cuda.empty_cache()
         self.piece //= 2
-        print(f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "
-              "avoids the retry)", file=sys.stderr)  # fmt: skip
+        print(
+            f"encode: out of GPU memory; encoding {self.piece} at a time from now on (--batch-size {self.piece} "
+            "avoids the retry)",
+            file=sys.stderr,
+        )
 
     def queue(self, chunk: Chunk) -> _Queued:
         """Queue the GPU's work for this rank's batches of the chunk, and their copy back into pinned memory; return
         before it is done. Under torchrun rank r encodes batches r, r + world, ..."""
         t0, bs = time.perf_counter(), self.batch_size
         with self._current():
-            mine = {s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
-                    for k, s in enumerate(range(0, len(chunk), bs)) if k % self.world == self.rank}  # fmt: skip
+            mine = {
+                s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
+                for k, s in enumerate(range(0, len(chunk), bs))
+                if k % self.world == self.rank
+            }
             done = None
             if self.device.type == "cuda":
                 done = torch.cuda.Event()

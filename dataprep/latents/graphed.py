@@ -42,8 +42,9 @@ class GraphedMoments:
             except torch.OutOfMemoryError:
                 raise  # the caller retries with smaller batches
             except RuntimeError as e:
-                print(f"encode: no CUDA graph for inputs of shape {key[0]} ({e}); encoding them eagerly",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"encode: no CUDA graph for inputs of shape {key[0]} ({e}); encoding them eagerly", file=sys.stderr
+                )
                 self.graphs[key] = None
         if self.graphs[key] is None:
             return self.moments(x)
@@ -59,8 +60,9 @@ class GraphedMoments:
     def _capture(self, x: torch.Tensor):
         static_in = x.clone()
         # autocast's cache of cast weights would be freed after capture while the graph still reads it
-        autocast = torch.autocast("cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None,
-                                  cache_enabled=False)  # fmt: skip
+        autocast = torch.autocast(
+            "cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None, cache_enabled=False
+        )
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), autocast:

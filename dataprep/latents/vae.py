@@ -38,12 +38,16 @@ class Vae:
         """(latent channels, h, w) for inputs of that shape, or a VaeError naming the mismatch."""
         i, f = self.identity, self.downsample
         if channels != i["in_channels"]:
-            raise VaeError(f"{i['name']} takes {i['in_channels']}-channel input, but {what} has {channels} channel(s); "
-                           "use an autoencoder made for this data (RGB images: 3, mel spectrograms: 1)")  # fmt: skip
+            raise VaeError(
+                f"{i['name']} takes {i['in_channels']}-channel input, but {what} has {channels} channel(s); "
+                "use an autoencoder made for this data (RGB images: 3, mel spectrograms: 1)"
+            )
         if height % f or width % f:
-            raise VaeError(f"{i['name']} downsamples by {f}, so height and width must be multiples of {f}; {what} is "
-                           f"{height}x{width}: convert with a --size (or --clip-seconds) that gives multiples of "
-                           f"{f}")  # fmt: skip
+            raise VaeError(
+                f"{i['name']} downsamples by {f}, so height and width must be multiples of {f}; {what} is "
+                f"{height}x{width}: convert with a --size (or --clip-seconds) that gives multiples of "
+                f"{f}"
+            )
         return i["latent_channels"], height // f, width // f
 
     @torch.no_grad()
@@ -175,8 +179,10 @@ def _from_hub(cls, name: str):
 
     host = constants.ENDPOINT.split("://")[-1].split("/")[0]
     if constants.HF_HUB_OFFLINE or not _reachable(host):  # else the hub client retries for half a minute
-        raise VaeError(f"--vae {name}: not a directory here, not in the hub's cache, and {host} cannot be reached "
-                       f"from this machine; {FIX}")  # fmt: skip
+        raise VaeError(
+            f"--vae {name}: not a directory here, not in the hub's cache, and {host} cannot be reached "
+            f"from this machine; {FIX}"
+        )
     try:
         return cls.from_pretrained(name)
     except Exception as e:

@@ -86,6 +86,10 @@ def describe_os_error(e: OSError, fallback: str) -> str:
     """Say what an OSError while reading a file means for the user: a permission, a symlink loop, or damage."""
     import errno
 
-    known = {errno.EACCES: "permission denied (cannot read the file)", errno.ELOOP: "symlink loop",
-             errno.ENOENT: "vanished or a dangling symlink", errno.EISDIR: "a directory, not a file"}  # fmt: skip
+    known = {
+        errno.EACCES: "permission denied (cannot read the file)",
+        errno.ELOOP: "symlink loop",
+        errno.ENOENT: "vanished or a dangling symlink",
+        errno.EISDIR: "a directory, not a file",
+    }
     return known.get(e.errno, f"{fallback} ({e})")

@@ -36,8 +36,16 @@ def use_gpufeed(trainer, data_dir: str | Path, backend: str = "hdf5", workers: i
         )
     acc = trainer.accelerator
     flips = [t for t in getattr(trainer.ds.transform, "transforms", []) if type(t).__name__ == "RandomHorizontalFlip"]
-    opts = dict(batch_size=trainer.batch_size, workers=workers, device=str(acc.device), shuffle=True,
-                augment=bool(flips), drop_last=True, rank=acc.process_index, world_size=acc.num_processes)  # fmt: skip
+    opts = dict(
+        batch_size=trainer.batch_size,
+        workers=workers,
+        device=str(acc.device),
+        shuffle=True,
+        augment=bool(flips),
+        drop_last=True,
+        rank=acc.process_index,
+        world_size=acc.num_processes,
+    )
     loader = build_loader(backend, data_dir, **(opts | options))
     trainer.dl = _in_unit_range(loader)
     return loader
