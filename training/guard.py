@@ -3,7 +3,7 @@
 A NaN or an infinity anywhere (one doctored sample is enough) spreads through the gradients into every weight within a
 step, and a checkpoint written after that holds nothing usable. So the run stops, with the step named, before one is
 written; the last good checkpoint stays. Nothing here waits for the device: the loss is looked at where the loop
-already reads it, one step late (training.loop's `drain`), and the weights (the model's and the EMA's; before a
+already reads it, one step late (training.loop's `_read_losses`), and the weights (the model's and the EMA's; before a
 checkpoint the optimizer's moments too) only where the device has just been waited for anyway: at log steps, whose
 window figures sync it, and before a checkpoint, whose copy to the host does.
 
