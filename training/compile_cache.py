@@ -8,7 +8,7 @@ on any machine, puts them back into its local caches, so its compile finds them 
 building them again. The artifacts hold for one torch build and one kind of device, so a file records both, is named by
 them, and a file made elsewhere is left alone with a message: the run compiles anew and saves its own beside it. On
 request (`train --compile-traced-program`), a single-process run also keeps Dynamo's traced program (torch's caching
-precompile, switched on around this run's compile alone), so a process with the file neither traces the model nor looks
+precompile, switched on from this run's torch.compile on), so a process with the file neither traces the model nor looks
 its graphs up; a run whose model source changed traces anew (torch checks the sources the program was traced from). It
 is off by default: torch weakens the program's guards (it warns of each) and keeps the program in the local Inductor
 cache under the forward's name and line alone, where another project's function could share the key. A GPU's Triton
@@ -34,7 +34,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -245,7 +245,7 @@ class Compiled:
         self, cache: CompileCache | None, set_up: dict[str, float] | None = None, traced: bool = False
     ) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
-        # keep and install Dynamo's traced program: torch's caching precompile, on around this compile alone
+        # keep and install Dynamo's traced program: torch's caching precompile, asked for (off by default)
         self.traced = traced and cache is not None
         self.timed_since_launch: float | None = None
         self.save_error: str | None = None
@@ -265,7 +265,9 @@ class Compiled:
         torch.compile alone: torch applies the mode's options when it calls Inductor."""
         t0 = time.perf_counter()
         options = _mode_options(mode) if self.traced else {}
-        with step_context, _precompiling(self.traced), torch._inductor.config.patch(options):
+        if self.traced:  # on from here: every later compile of this model (a new shape) needs it, or torch stops
+            torch._dynamo.config.caching_precompile = True
+        with step_context, torch._inductor.config.patch(options):
             net = torch.compile(net, mode=mode)
         if self.traced and compile_counters()["caches"].get("dynamo_cache_hit"):  # a program was installed
             _names_past_installed()
@@ -278,11 +280,8 @@ class Compiled:
 
     @contextmanager
     def first_step(self) -> Iterator[None]:
-        """Around the first compiled step, where Dynamo traces: with the traced program kept, torch's caching
-        precompile is on for it (and only for it, and for `save`)."""
         t0 = time.perf_counter()
-        with _precompiling(self.traced):
-            yield
+        yield
         self.seconds = time.perf_counter() - t0
         self.since_launch = since_launch()
 
@@ -312,8 +311,7 @@ class Compiled:
         if self.cache is None:
             return
         try:
-            with _precompiling(self.traced):
-                self.saved = self.cache.save() or self.saved
+            self.saved = self.cache.save() or self.saved
         except OSError as e:
             self.save_error = f"{e.filename or self.cache.directory}: {e.strerror or e}"
         except Exception as e:  # torch's serialization too: the run that compiled goes on, the next one compiles
@@ -357,11 +355,6 @@ def traced_programs_unsupported() -> str | None:
     if missing:
         return f"the traced program is not kept: this torch has no {', '.join(missing)}; Dynamo traces the model anew"
     return None
-
-
-def _precompiling(on: bool) -> AbstractContextManager:
-    """torch's caching precompile on for what is inside, as it was before after it (set and restored)."""
-    return torch._dynamo.config.patch(caching_precompile=True) if on else nullcontext()
 
 
 def _mode_options(mode: str | None) -> dict:
