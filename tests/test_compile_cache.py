@@ -296,6 +296,8 @@ def test_a_torch_without_a_private_switch_trains_and_says_why(cifar_small, tmp_p
     """A torch without AOTAutograd's switch for custom autograd.Functions (an older one: the attribute removed here):
     the model compiles and trains all the same, the compile cache's line says in one line what this torch lacks, and
     torch's caching precompile, not asked for, stays off."""
+    import torch._functorch.config
+
     from training.compile_cache import for_run
     from training.config import TrainConfig
 

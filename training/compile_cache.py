@@ -332,7 +332,8 @@ def cache_custom_autograd_functions() -> str | None:
     unseen; Dynamo traces this one's forward and backward into the graph, so a changed backward is a new key (a CPU
     check: a cache miss and other gradients). Bypassed, every process traced the joint graph again: 22 s of an H100's
     start from the compile cache. A torch without that switch keeps bypassing: the line returned says so."""
-    config = torch._functorch.config
+    import torch._functorch.config as config
+
     if not hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
         name = "torch._functorch.config.autograd_cache_allow_custom_autograd_functions"
         return f"this torch has no {name}: graphs holding a custom autograd.Function (the UNet's) are traced anew"
