@@ -304,7 +304,7 @@ def test_a_torch_without_a_private_switch_trains_and_says_why(cifar_small, tmp_p
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "local"))
     monkeypatch.delattr(torch._functorch.config, "autograd_cache_allow_custom_autograd_functions")
     cache = tmp_path / "cache"
-    cfg = TrainConfig(cifar_small, out=tmp_path / "run", compile_cache=cache)
+    cfg = TrainConfig(data=cifar_small, out=tmp_path / "run", compile_cache=cache)
     compiled = for_run(cfg, "probe", {}, "cpu", 1)
     name = "torch._functorch.config.autograd_cache_allow_custom_autograd_functions"
     lines = [line for line in compiled.cache.note.split("; ") if name in line]
