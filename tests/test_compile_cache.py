@@ -3,6 +3,7 @@ local caches, and left alone (with a message, compiling anew) when made by anoth
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,27 +17,28 @@ from training.compile_cache import CompileCache
 
 SHAPE = {"model": "probe", "batch_size": 2}
 
-# compiles a small module's forward and backward with Inductor as `train` does (the traced program kept), on the
-# device and in the compile mode given, then prints what the caches gave and, on a GPU, how many CUDA graphs were
+# compiles a small module's forward and backward with Inductor as `train` does (the traced program kept where asked),
+# on the device and in the compile mode given, then prints what the caches gave and, on a GPU, how many CUDA graphs were
 # recorded; then a new input shape, which Dynamo traces anew after a program was installed
 PROBE = """
 import json, sys, torch
 from contextlib import nullcontext
 from pathlib import Path
-from training.compile_cache import CompileCache, Compiled, compile_counters, keep_traced_programs
+from training.compile_cache import CompileCache, Compiled, compile_counters
 directory, device, mode = Path(sys.argv[1]), sys.argv[2], sys.argv[3] if sys.argv[3] != "default" else None
-kept = keep_traced_programs()
 cache = CompileCache(directory, {"model": "probe", "batch_size": 2}, device)
-loaded, compiled = cache.load(), Compiled(cache)
+loaded, compiled = cache.load(), Compiled(cache, traced=sys.argv[4] == "traced")
 module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1)).to(device)
 net = compiled.compile(module, mode, nullcontext())
-for _ in range(3):  # CUDA graphs are recorded on the third call
+for step in range(3):  # CUDA graphs are recorded on the third call
     torch.compiler.cudagraph_mark_step_begin()
     module.zero_grad(set_to_none=True)  # the last gradients are a graph's outputs: no accumulating into them
-    net(torch.randn(2, 8, device=device)).sum().backward()
+    with compiled.first_step() if step == 0 else nullcontext():
+        net(torch.randn(2, 8, device=device)).sum().backward()
 compiled.save()
 saved = str(compiled.saved) if compiled.saved else None
-report = {"kept": kept, "loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error}
+report = {"kept": compiled.traced, "loaded": loaded, "note": cache.note, "saved": saved, "error": compiled.save_error,
+          "precompile_after": torch._dynamo.config.caching_precompile}
 if device == "cuda":
     from torch._inductor.cudagraph_trees import get_manager
     manager = get_manager(0, create_if_none_exists=False)
@@ -50,19 +52,26 @@ print(json.dumps(report | {"new_shape": compile_counters()}))
 """
 
 
-def probe(cache_dir: Path, local: Path, device: str = "cpu", mode: str = "default") -> dict:
-    """A fresh interpreter whose own (local) Inductor cache is empty: all it can find is in `cache_dir`."""
+def probe(cache_dir: Path, local: Path, device: str = "cpu", mode: str = "default", traced: bool = True) -> dict:
+    """A fresh interpreter whose own (local) Inductor cache holds none of this model's: all it can find is in
+    `cache_dir`."""
     env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(local), "TRITON_CACHE_DIR": str(local / "triton")}
-    done = subprocess.run([sys.executable, "-c", PROBE, str(cache_dir), device, mode], env=env, capture_output=True,
-                          text=True, timeout=300)  # fmt: skip
+    args = [sys.executable, "-c", PROBE, str(cache_dir), device, mode, "traced" if traced else "plain"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+OTHERS = {"dynamo/" + "ab" * 32 + "/entry": b"another project's traced program", "other/kernel.so": b"\x7fELF"}
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> tuple[Path, dict, dict]:
     """(cache directory, the cold process's report, the warm process's report)."""
     root = tmp_path_factory.mktemp("compile-cache")
+    for path, content in OTHERS.items():  # another project's compiled programs in the shared local cache
+        (root / "local-cold" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "local-cold" / path).write_bytes(content)
     cold = probe(root / "cache", root / "local-cold")
     warm = probe(root / "cache", root / "local-warm")
     return root / "cache", cold, warm
@@ -95,9 +104,17 @@ def test_fresh_process_installs_the_traced_program(saved):
     does not trace the model: the backend is never called, no graph is looked up or built (installing it loads the
     kernels, which torch times as the frame's compile)."""
     _, cold, warm = saved
-    assert cold["kept"] and warm["kept"]
+    assert cold["kept"] and warm["kept"] and cold["precompile_after"] and warm["precompile_after"]
     assert cold["caches"].get("dynamo_cache_miss") == 1 and "entire_frame_compile" in cold["phases_s"]
     assert warm["caches"] == {"dynamo_cache_hit": 1} and "backend_compile" not in warm["phases_s"]
+
+
+@pytest.mark.slow
+def test_another_projects_files_in_the_shared_local_cache_survive(saved):
+    """TORCHINDUCTOR_CACHE_DIR is shared: a compile that keeps its traced program there leaves every file of another
+    project's as it was, a traced program of its own included."""
+    local = saved[0].parent / "local-cold"
+    assert {path: (local / path).read_bytes() for path in OTHERS} == OTHERS
 
 
 @pytest.mark.slow
@@ -216,7 +233,8 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
         args = ["-m", "training", "--data", str(cifar_small), "--out", str(out), "--loader", "gpu", "--model", "tiny",
                 "--batch-size", "4", "--steps", "2", "--precision", "bf16", "--device", "cpu", "--workers", "0",
                 "--no-pin-memory", "--sample-every", "0", "--ckpt-every", "0", "--no-progress", "--log-every", "2",
-                "--timing-warmup", "1", "--compile", "--compile-cache", str(tmp_path / "cache")]  # fmt: skip
+                "--timing-warmup", "1", "--compile", "--compile-cache", str(tmp_path / "cache"),
+                "--compile-traced-program"]  # fmt: skip
         env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"local-{name}")}
         done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -271,3 +289,39 @@ def test_a_file_another_user_could_have_written_never_reaches_torch(saved, tmp_p
     os.chown(cache.path, os.geteuid(), os.getegid())
     cache.path.chmod(0o600)
     assert cache.load() and any(p.is_file() for p in local.rglob("*"))
+
+
+@pytest.mark.slow
+def test_a_torch_without_a_private_switch_trains_and_says_why(cifar_small, tmp_path, monkeypatch, capsys):
+    """A torch without AOTAutograd's switch for custom autograd.Functions (an older one: the attribute removed here):
+    the model compiles and trains all the same, the compile cache's line says in one line what this torch lacks, and
+    torch's caching precompile, not asked for, stays off."""
+    import torch._functorch.config
+
+    from training.compile_cache import for_run
+    from training.config import TrainConfig
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "local"))
+    monkeypatch.delattr(torch._functorch.config, "autograd_cache_allow_custom_autograd_functions")
+    cache = tmp_path / "cache"
+    cfg = TrainConfig(data=cifar_small, out=tmp_path / "run", compile_cache=cache)
+    compiled = for_run(cfg, "probe", {}, "cpu", 1)
+    name = "torch._functorch.config.autograd_cache_allow_custom_autograd_functions"
+    lines = [line for line in compiled.cache.note.split("; ") if name in line]
+    said = f"this torch has no {name}: graphs holding a custom autograd.Function (the UNet's) are traced anew"
+    assert lines == [said]
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1))
+    net = compiled.compile(module, None, torch.autocast("cpu", enabled=False))
+    opt, x = torch.optim.SGD(module.parameters(), lr=0.1), torch.randn(16, 8)
+    losses = []
+    for step in range(5):
+        opt.zero_grad(set_to_none=True)
+        with compiled.first_step() if step == 0 else contextlib.nullcontext():
+            loss = net(x).pow(2).mean()
+            loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert not compiled.traced and not torch._dynamo.config.caching_precompile
+    assert "compiled in " in compiled.finish(True) and losses[-1] < losses[0]
+    assert compiled.save_error is None and compiled.saved is not None and compiled.saved.is_file()

@@ -93,6 +93,12 @@ def _d(name: str):
 )
 @click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache.")
 @click.option(
+    "--compile-traced-program/--no-compile-traced-program",
+    default=_d("compile_traced_program"),
+    help="Keep Dynamo's traced program in the compile cache too (single-GPU runs without --vae): the next run does "
+    "not trace the model, but torch weakens its guards (it warns of each).",
+)
+@click.option(
     "--grad-sync",
     type=click.Choice(GRAD_SYNCS),
     default=_d("grad_sync"),

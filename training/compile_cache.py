@@ -5,13 +5,15 @@ generates the kernels and a compiler builds them (Triton on a GPU, a C++ compile
 among variants. `torch.compiler.save_cache_artifacts()` gathers what AOTAutograd, Inductor and the autotuner produced
 in this process, found in the local caches or made anew, into one blob; `load_cache_artifacts()` in a new process,
 on any machine, puts them back into its local caches, so its compile finds them there instead of generating and
-building them again. The artifacts hold for one torch build and one kind of device, so a file records both, is named
-by them, and a file made elsewhere is left alone with a message: the run compiles anew and saves its own beside it.
-A single-process run also keeps Dynamo's traced program (torch's caching precompile), so a process with the file
-neither traces the model nor looks its graphs up; a run whose model source changed traces anew (torch checks the
-sources the program was traced from). A GPU's Triton kernels also look for their autotuning results in the local
-Inductor cache folder they were compiled in: the file records it, and a run under another folder is told how to keep
-it.
+building them again. The artifacts hold for one torch build and one kind of device, so a file records both, is named by
+them, and a file made elsewhere is left alone with a message: the run compiles anew and saves its own beside it. On
+request (`train --compile-traced-program`), a single-process run also keeps Dynamo's traced program (torch's caching
+precompile, switched on from this run's torch.compile on), so a process with the file neither traces the model nor looks
+its graphs up; a run whose model source changed traces anew (torch checks the sources the program was traced from). It
+is off by default: torch weakens the program's guards (it warns of each) and keeps the program in the local Inductor
+cache under the forward's name and line alone, where another project's function could share the key. A GPU's Triton
+kernels also look for their autotuning results in the local Inductor cache folder they were compiled in: the file
+records it, and a run under another folder is told how to keep it.
 
 The directory (`train --compile-cache`) defaults to $GPUFEED_COMPILE_CACHE, else ~/.cache/gpufeed/compile. What it
 holds is code that runs when it is loaded (torch's artifacts are pickles): copy it to a new machine of the same GPU
@@ -26,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import logging
 import os
 import platform
 import re
@@ -168,9 +169,14 @@ class CompileCache:
                 "refused": self.refused}  # fmt: skip
 
 
-def _inductor_dir() -> str:
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
+def _inductor_dir() -> str | None:
+    """The local Inductor cache folder, from torch's private helper where this torch has it (read only: a folder
+    name for the note of `_moved`), else from the variable that sets it; None where neither says."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:
+        where = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        return os.path.abspath(where) if where else None
     return os.path.abspath(cache_dir())
 
 
@@ -180,7 +186,7 @@ def _moved(header: dict) -> str:
     another path it benchmarks every configuration again: 14 s of an H100's warm start (25 s with the same path,
     40 s without, docs/BENCHMARKS.md)."""
     saved, here = header.get("inductor_cache_dir"), _inductor_dir()
-    if not saved or saved == here or "capability" not in header["environment"]:
+    if not saved or not here or saved == here or "capability" not in header["environment"]:
         return ""
     return (f"; they were compiled under {saved}, this run's Inductor cache is {here}, so Triton will benchmark its "
             f"kernels again: set TORCHINDUCTOR_CACHE_DIR={saved} to spare it")  # fmt: skip
@@ -211,15 +217,19 @@ def _read(directory: Path, name: str, header_only: bool = False) -> tuple[dict, 
 def compile_counters() -> dict:
     """Where this process's compile time went and what the caches gave, from Dynamo's own counters: seconds per phase
     (Dynamo's tracing of each frame, the backend: AOTAutograd and Inductor, Inductor's code generation, ...) and the
-    FX-graph and AOTAutograd cache hits and misses."""
-    from torch._dynamo import utils
+    FX-graph and AOTAutograd cache hits and misses. Read only; where this torch has them not as expected, both are
+    empty and "unavailable" says why (the run is the same, its record says less)."""
+    try:
+        from torch._dynamo import utils
 
-    phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
+        phases = {k: round(v, 3) for k, v in utils.calculate_time_spent().items()}
+        groups = {group: dict(utils.counters[group]) for group in ("inductor", "aot_autograd", "dynamo_cache")}
+    except Exception as e:  # private: another torch may name or shape them otherwise
+        return {"phases_s": {}, "caches": {}, "unavailable": f"this torch's compile counters: {type(e).__name__}: {e}"}
     # a bypass (neither hit nor miss) means AOTAutograd's cache was not used at all: the joint graph is traced anew
     wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss",
               "autograd_cache_bypass", "dynamo_cache_hit", "dynamo_cache_miss")  # fmt: skip
-    groups = ("inductor", "aot_autograd", "dynamo_cache")
-    counts = {k: v for group in groups for k, v in utils.counters[group].items() if k in wanted}
+    counts = {k: v for group in groups.values() for k, v in group.items() if k in wanted}
     return {"phases_s": phases, "caches": counts}
 
 
@@ -231,8 +241,12 @@ def since_launch() -> float:
 class Compiled:
     """A compiled run's first step: how long it took, where the time went, and the cache around it."""
 
-    def __init__(self, cache: CompileCache | None, set_up: dict[str, float] | None = None) -> None:
+    def __init__(
+        self, cache: CompileCache | None, set_up: dict[str, float] | None = None, traced: bool = False
+    ) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
+        # keep and install Dynamo's traced program: torch's caching precompile, asked for (off by default)
+        self.traced = traced and cache is not None
         self.timed_since_launch: float | None = None
         self.save_error: str | None = None
         # the set-up before the first step, in seconds since launch (15 s of an H100's start): the caller's dict,
@@ -247,14 +261,15 @@ class Compiled:
         would differ from those it was traced with, its guards would fail, and Dynamo would trace the model anew.
         The mode's Inductor options are set around it too: torch rebuilds an installed program's graphs without
         calling Inductor, reading CUDA graphs on or off from the global options, so under "reduce-overhead" the
-        program ran without them (an H100: 2,976 images/s against 6,274)."""
-        from torch._dynamo.utils import counters
-        from torch._inductor import list_mode_options
-
+        program ran without them (an H100: 2,976 images/s against 6,274). Without a traced program to install,
+        torch.compile alone: torch applies the mode's options when it calls Inductor."""
         t0 = time.perf_counter()
-        with step_context, torch._inductor.config.patch(list_mode_options(mode) if mode else {}):
+        options = _mode_options(mode) if self.traced else {}
+        if self.traced:  # on from here: every later compile of this model (a new shape) needs it, or torch stops
+            torch._dynamo.config.caching_precompile = True
+        with step_context, torch._inductor.config.patch(options):
             net = torch.compile(net, mode=mode)
-        if counters["dynamo_cache"]["dynamo_cache_hit"] and self.cache is not None:  # a program was installed
+        if self.traced and compile_counters()["caches"].get("dynamo_cache_hit"):  # a program was installed
             _names_past_installed()
             self.cache.note += f"; the traced program installed in {time.perf_counter() - t0:.1f} s"
         return net
@@ -281,6 +296,8 @@ class Compiled:
         hit, built = caches.get("fxgraph_cache_hit", 0), caches.get("fxgraph_cache_miss", 0)
         found = "the traced program" if caches.get("dynamo_cache_hit") else f"{hit} graphs"
         line = f"compiled in {self.seconds:.1f} s ({found} found in caches, {built} built)"
+        if "unavailable" in self.counters:
+            line = f"compiled in {self.seconds:.1f} s (what the caches gave is unknown: {self.counters['unavailable']})"
         if main:
             self.save()
         if self.saved is not None:
@@ -297,6 +314,8 @@ class Compiled:
             self.saved = self.cache.save() or self.saved
         except OSError as e:
             self.save_error = f"{e.filename or self.cache.directory}: {e.strerror or e}"
+        except Exception as e:  # torch's serialization too: the run that compiled goes on, the next one compiles
+            self.save_error = f"{type(e).__name__}: {e}"
 
     def to_dict(self) -> dict:
         cache = None
@@ -307,46 +326,42 @@ class Compiled:
                 "cache": cache}  # fmt: skip
 
 
-def cache_custom_autograd_functions() -> None:
+def cache_custom_autograd_functions() -> str | None:
     """Let AOTAutograd's cache keep graphs that hold a custom autograd.Function, as the UNet's skip concatenation
     (model._CatDenseGrad) is. torch bypasses that cache for them by default, as a Function's Python could change
     unseen; Dynamo traces this one's forward and backward into the graph, so a changed backward is a new key (a CPU
     check: a cache miss and other gradients). Bypassed, every process traced the joint graph again: 22 s of an H100's
-    start from the compile cache. Older torch has no such switch and keeps bypassing."""
-    config = torch._functorch.config
-    if hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
-        config.autograd_cache_allow_custom_autograd_functions = True
+    start from the compile cache. A torch without that switch keeps bypassing: the line returned says so."""
+    import torch._functorch.config as config
+
+    if not hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
+        name = "torch._functorch.config.autograd_cache_allow_custom_autograd_functions"
+        return f"this torch has no {name}: graphs holding a custom autograd.Function (the UNet's) are traced anew"
+    config.autograd_cache_allow_custom_autograd_functions = True
+    return None
 
 
-def keep_traced_programs() -> bool:
-    """Keep Dynamo's traced program with the artifacts (torch's caching precompile): a process that loads them then
-    neither traces the model nor derives its backward; `Compiled.compile` installs the program, its guards and
-    compiled graphs before the first call (6-7 s of an H100's start from the cache was that tracing). The program's
-    guards leave out that globals such as `torch.nn.functional` are what they were when it was traced; torch warns of
-    each dropped guard, and those warnings are filtered here. The local copies of earlier programs are removed first:
-    torch keys them by the forward's name alone, so another run shape's program would be installed, fail its guards
-    and be traced anew for nothing. False (nothing kept) where this torch lacks the switch or the name counter that
-    `Compiled.compile` moves."""
-    from torch._dynamo import bytecode_transformation
+def traced_programs_unsupported() -> str | None:
+    """Why this torch cannot keep Dynamo's traced program with the artifacts, None where it can: it needs the
+    caching-precompile switch, the name counter `_names_past_installed` moves and the mode's options that
+    `Compiled.compile` sets (all private: a torch without them, or with them otherwise, compiles anew)."""
+    from torch._dynamo import bytecode_transformation as bt
 
-    try:
-        from torch._dynamo.package import DynamoCache
-    except ImportError:
-        return False
-    config = torch._dynamo.config
-    if not hasattr(config, "caching_precompile") or not hasattr(bytecode_transformation, "_unique_id_counter"):
-        return False
-    config.caching_precompile = True
-    guards = logging.getLogger("torch._dynamo.guards")
-    if not any(isinstance(f, _DroppedGuards) for f in guards.filters):
-        guards.addFilter(_DroppedGuards())
-    DynamoCache.clear()
-    return True
+    present = {
+        "torch._dynamo.config.caching_precompile": hasattr(torch._dynamo.config, "caching_precompile"),
+        "torch._dynamo.bytecode_transformation._unique_id_counter": hasattr(bt, "_unique_id_counter"),
+        "torch._inductor.list_mode_options": callable(getattr(torch._inductor, "list_mode_options", None)),
+    }
+    missing = [name for name, there in present.items() if not there]
+    if missing:
+        return f"the traced program is not kept: this torch has no {', '.join(missing)}; Dynamo traces the model anew"
+    return None
 
 
-class _DroppedGuards(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "is dropped with caching_precompile" not in record.getMessage()
+def _mode_options(mode: str | None) -> dict:
+    from torch._inductor import list_mode_options
+
+    return list_mode_options(mode) if mode else {}
 
 
 def _names_past_installed() -> None:
@@ -367,7 +382,7 @@ def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
             set_up: dict[str, float] | None = None) -> Compiled:  # fmt: skip
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
     points of the set-up passed so far, in seconds since launch."""
-    cache_custom_autograd_functions()
+    missing = cache_custom_autograd_functions()
     if cfg.compile_cache is None:
         return Compiled(None, set_up)
     shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
@@ -375,8 +390,10 @@ def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
              "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
     if world_size > 1 and cfg.grad_sync != "ddp":  # another graph (DDP's is split at its buckets); ddp keeps old names
         shape["grad_sync"] = cfg.grad_sync
-    if world_size == 1 and cfg.vae is None:  # ranks would remove each other's programs; not tried with them or --vae
-        keep_traced_programs()
+    # ranks would write each other's programs; not tried with them or --vae
+    traced = cfg.compile_traced_program and world_size == 1 and cfg.vae is None
+    why_not = traced_programs_unsupported() if traced else None
     cache = CompileCache(cfg.compile_cache, shape, device)
     cache.load()
-    return Compiled(cache, set_up)
+    cache.note += "".join(f"; {line}" for line in (missing, why_not) if line)
+    return Compiled(cache, set_up, traced=traced and why_not is None)
