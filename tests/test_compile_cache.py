@@ -230,11 +230,42 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
 
     def run(name: str) -> tuple[str, dict]:
         out = tmp_path / name
-        args = ["-m", "training", "--data", str(cifar_small), "--out", str(out), "--loader", "gpu", "--model", "tiny",
-                "--batch-size", "4", "--steps", "2", "--precision", "bf16", "--device", "cpu", "--workers", "0",
-                "--no-pin-memory", "--sample-every", "0", "--ckpt-every", "0", "--no-progress", "--log-every", "2",
-                "--timing-warmup", "1", "--compile", "--compile-cache", str(tmp_path / "cache"),
-                "--compile-traced-program"]  # fmt: skip
+        args = [
+            "-m",
+            "training",
+            "--data",
+            str(cifar_small),
+            "--out",
+            str(out),
+            "--loader",
+            "gpu",
+            "--model",
+            "tiny",
+            "--batch-size",
+            "4",
+            "--steps",
+            "2",
+            "--precision",
+            "bf16",
+            "--device",
+            "cpu",
+            "--workers",
+            "0",
+            "--no-pin-memory",
+            "--sample-every",
+            "0",
+            "--ckpt-every",
+            "0",
+            "--no-progress",
+            "--log-every",
+            "2",
+            "--timing-warmup",
+            "1",
+            "--compile",
+            "--compile-cache",
+            str(tmp_path / "cache"),
+            "--compile-traced-program",
+        ]
         env = os.environ | {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"local-{name}")}
         done = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
@@ -247,8 +278,15 @@ def test_train_compiled_says_so_and_the_next_run_builds_nothing(cifar_small, tmp
     assert first["first_step_s"] > 0 and first["phases_s"]["inductor_compile"] > 0
     assert first["timed_since_launch_s"] > first["since_launch_s"]  # the timed step 2 starts after step 1 is done
     marks = list(first["set_up_s"].values())  # the set-up's points, in order, all before the first step ends
-    assert list(first["set_up_s"]) == ["imports done", "model on the device", "compile cache loaded", "model compiled",
-                                       "loader open", "first batch in hand", "FLOPs counted"]  # fmt: skip
+    assert list(first["set_up_s"]) == [
+        "imports done",
+        "model on the device",
+        "compile cache loaded",
+        "model compiled",
+        "loader open",
+        "first batch in hand",
+        "FLOPs counted",
+    ]
     assert 0 < marks[0] and marks == sorted(marks) and marks[-1] < first["since_launch_s"] - first["first_step_s"] + 1
     assert first["caches"]["fxgraph_cache_miss"] >= 2 and Path(first["cache"]["saved"]).is_file()
     # AOTAutograd's cache is used, though the UNet holds a custom autograd.Function (a bypass would trace anew)

@@ -112,8 +112,12 @@ def _d(name: str):
     help="Loader workers per rank (fastest picks its own).",
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
-@click.option("--cache-limit", default=None, help="The stream loader's local shard cache, e.g. 20GB; removed at exit "
-              "[default: LitData's, 75% of the free disk].")  # fmt: skip
+@click.option(
+    "--cache-limit",
+    default=None,
+    help="The stream loader's local shard cache, e.g. 20GB; removed at exit "
+    "[default: LitData's, 75% of the free disk].",
+)
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
 @click.option(
     "--out",
@@ -145,8 +149,9 @@ def _d(name: str):
 @click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")
-def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool,
-          **options) -> None:  # fmt: skip
+def train(
+    no_progress: bool, device: str | None, as_json: bool, compile_cache: Path | None, no_compile_cache: bool, **options
+) -> None:
     """Train a DDPM (UNet, or DiT on latents) on a prepared dataset; checkpoints survive Ctrl-C and SIGTERM."""
     given = {"warmup"} if take_renamed(options, "--warmup", "--lr-warmup", "warmup", "train") else set()
     check_vae_option(options["vae"])
@@ -167,8 +172,9 @@ def train(no_progress: bool, device: str | None, as_json: bool, compile_cache: P
             f"{options['data']}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data"
         )
     if options["tensorboard"] and importlib.util.find_spec("tensorboard") is None:
-        raise click.BadParameter("TensorBoard is not installed: pip install 'gpufeed[tensorboard]'",
-                                 param_hint="--tensorboard")  # fmt: skip
+        raise click.BadParameter(
+            "TensorBoard is not installed: pip install 'gpufeed[tensorboard]'", param_hint="--tensorboard"
+        )
     _say_what_is_chosen(options, device, given)
     extra = {"device": device} if device else {}
     if no_compile_cache and compile_cache:

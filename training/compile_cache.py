@@ -54,8 +54,11 @@ def environment(device: str) -> dict:
     if device.startswith("cuda"):
         index = torch.device(device).index or 0
         major, minor = torch.cuda.get_device_capability(index)
-        env |= {"device": torch.cuda.get_device_name(index), "capability": f"{major}.{minor}",
-                "cuda": torch.version.cuda}  # fmt: skip
+        env |= {
+            "device": torch.cuda.get_device_name(index),
+            "capability": f"{major}.{minor}",
+            "cuda": torch.version.cuda,
+        }
     else:
         env |= {"device": f"cpu ({platform.machine()})"}
     return env
@@ -115,8 +118,10 @@ class CompileCache:
             self.note += f"{self.path}: unreadable ({e}); compiling anew, and replacing it"
             return False
         if header["environment"] != self.env:
-            self.note += (f"{self.path} was made with {_describe(header['environment'])}; this is "
-                          f"{_describe(self.env)}: compiling anew, and replacing it")  # fmt: skip
+            self.note += (
+                f"{self.path} was made with {_describe(header['environment'])}; this is "
+                f"{_describe(self.env)}: compiling anew, and replacing it"
+            )
             return False
         try:
             info = torch.compiler.load_cache_artifacts(payload)
@@ -142,8 +147,10 @@ class CompileCache:
             except (Untrusted, OSError, ValueError):
                 continue
         if others:
-            return (f"{self.directory} holds this model's kernels for {'; '.join(others)} only; this is "
-                    f"{_describe(self.env)}: compiling anew, saved beside them")  # fmt: skip
+            return (
+                f"{self.directory} holds this model's kernels for {'; '.join(others)} only; this is "
+                f"{_describe(self.env)}: compiling anew, saved beside them"
+            )
         return f"none yet for this run shape in {self.directory}: compiling, then saving them there"
 
     def save(self) -> Path | None:
@@ -155,9 +162,15 @@ class CompileCache:
             return None
         payload = artifacts[0]
         sha = hashlib.sha256(payload).hexdigest()
-        header = {"format": FORMAT, "environment": self.env, "shape": self.shape, "sha256": sha,
-                  "bytes": len(payload), "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                  "inductor_cache_dir": _inductor_dir()}  # fmt: skip
+        header = {
+            "format": FORMAT,
+            "environment": self.env,
+            "shape": self.shape,
+            "sha256": sha,
+            "bytes": len(payload),
+            "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "inductor_cache_dir": _inductor_dir(),
+        }
         make_private_dirs(self.directory)
         with written(self.path, mode=0o600) as tmp, open(tmp, "wb") as f:  # 0600: code only this user may write
             f.write(json.dumps(header).encode() + b"\n" + payload)
@@ -165,8 +178,13 @@ class CompileCache:
         return self.path
 
     def to_dict(self) -> dict:
-        return {"file": str(self.path), "note": self.note, "loaded": self.loaded, "load_s": round(self.load_s, 3),
-                "refused": self.refused}  # fmt: skip
+        return {
+            "file": str(self.path),
+            "note": self.note,
+            "loaded": self.loaded,
+            "load_s": round(self.load_s, 3),
+            "refused": self.refused,
+        }
 
 
 def _inductor_dir() -> str | None:
@@ -183,13 +201,15 @@ def _inductor_dir() -> str | None:
 def _moved(header: dict) -> str:
     """A warning where the artifacts were saved under another local Inductor cache than this process's, on a GPU. A
     Triton kernel restored from them looks for its autotuning results in the folder it was compiled in, so under
-    another path it benchmarks every configuration again: 14 s of an H100's warm start (25 s with the same path,
-    40 s without, docs/BENCHMARKS.md)."""
+    another path it benchmarks every configuration again, a large part of a warm start (docs/BENCHMARKS.md, "Cold
+    start")."""
     saved, here = header.get("inductor_cache_dir"), _inductor_dir()
     if not saved or not here or saved == here or "capability" not in header["environment"]:
         return ""
-    return (f"; they were compiled under {saved}, this run's Inductor cache is {here}, so Triton will benchmark its "
-            f"kernels again: set TORCHINDUCTOR_CACHE_DIR={saved} to spare it")  # fmt: skip
+    return (
+        f"; they were compiled under {saved}, this run's Inductor cache is {here}, so Triton will benchmark its "
+        f"kernels again: set TORCHINDUCTOR_CACHE_DIR={saved} to spare it"
+    )
 
 
 def _keys(info) -> set[tuple[str, str]]:
@@ -227,8 +247,15 @@ def compile_counters() -> dict:
     except Exception as e:  # private: another torch may name or shape them otherwise
         return {"phases_s": {}, "caches": {}, "unavailable": f"this torch's compile counters: {type(e).__name__}: {e}"}
     # a bypass (neither hit nor miss) means AOTAutograd's cache was not used at all: the joint graph is traced anew
-    wanted = ("fxgraph_cache_hit", "fxgraph_cache_miss", "autograd_cache_hit", "autograd_cache_miss",
-              "autograd_cache_bypass", "dynamo_cache_hit", "dynamo_cache_miss")  # fmt: skip
+    wanted = (
+        "fxgraph_cache_hit",
+        "fxgraph_cache_miss",
+        "autograd_cache_hit",
+        "autograd_cache_miss",
+        "autograd_cache_bypass",
+        "dynamo_cache_hit",
+        "dynamo_cache_miss",
+    )
     counts = {k: v for group in groups.values() for k, v in group.items() if k in wanted}
     return {"phases_s": phases, "caches": counts}
 
@@ -249,7 +276,7 @@ class Compiled:
         self.traced = traced and cache is not None
         self.timed_since_launch: float | None = None
         self.save_error: str | None = None
-        # the set-up before the first step, in seconds since launch (15 s of an H100's start): the caller's dict,
+        # the set-up before the first step, in seconds since launch (most of a warm start): the caller's dict,
         # which goes on filling after this point, torch.compile and the compile cache's loading
         self.set_up = set_up if set_up is not None else {}
         self.set_up["compile cache loaded"] = round(since_launch(), 3)
@@ -261,7 +288,7 @@ class Compiled:
         would differ from those it was traced with, its guards would fail, and Dynamo would trace the model anew.
         The mode's Inductor options are set around it too: torch rebuilds an installed program's graphs without
         calling Inductor, reading CUDA graphs on or off from the global options, so under "reduce-overhead" the
-        program ran without them (an H100: 2,976 images/s against 6,274). Without a traced program to install,
+        program ran without them, at half the rate. Without a traced program to install,
         torch.compile alone: torch applies the mode's options when it calls Inductor."""
         t0 = time.perf_counter()
         options = _mode_options(mode) if self.traced else {}
@@ -321,17 +348,22 @@ class Compiled:
         cache = None
         if self.cache is not None:
             cache = self.cache.to_dict() | {"saved": str(self.saved) if self.saved else None, "error": self.save_error}
-        return {"first_step_s": self.seconds, "since_launch_s": self.since_launch,
-                "timed_since_launch_s": self.timed_since_launch, "set_up_s": self.set_up, **self.counters,
-                "cache": cache}  # fmt: skip
+        return {
+            "first_step_s": self.seconds,
+            "since_launch_s": self.since_launch,
+            "timed_since_launch_s": self.timed_since_launch,
+            "set_up_s": self.set_up,
+            **self.counters,
+            "cache": cache,
+        }
 
 
 def cache_custom_autograd_functions() -> str | None:
     """Let AOTAutograd's cache keep graphs that hold a custom autograd.Function, as the UNet's skip concatenation
     (model._CatDenseGrad) is. torch bypasses that cache for them by default, as a Function's Python could change
     unseen; Dynamo traces this one's forward and backward into the graph, so a changed backward is a new key (a CPU
-    check: a cache miss and other gradients). Bypassed, every process traced the joint graph again: 22 s of an H100's
-    start from the compile cache. A torch without that switch keeps bypassing: the line returned says so."""
+    check: a cache miss and other gradients). Bypassed, every process traced the joint graph again, most of a
+    start from the compile cache (docs/BENCHMARKS.md, "Cold start"). A torch without that switch keeps bypassing: the line returned says so."""
     import torch._functorch.config as config
 
     if not hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
@@ -372,22 +404,35 @@ def _names_past_installed() -> None:
     torch's, not the model's, so every module is looked at (a few milliseconds)."""
     from torch._dynamo import bytecode_transformation as bt
 
-    taken = [int(m.group(1)) for module in list(sys.modules.values()) for name in list(getattr(module, "__dict__", ()))
-             if name[-1:].isdigit() and (m := re.fullmatch(r"__\w*?_(\d+)", name))]  # fmt: skip
+    taken = [
+        int(m.group(1))
+        for module in list(sys.modules.values())
+        for name in list(getattr(module, "__dict__", ()))
+        if name[-1:].isdigit() and (m := re.fullmatch(r"__\w*?_(\d+)", name))
+    ]
     if taken:
         bt._unique_id_counter = itertools.count(max(next(bt._unique_id_counter), max(taken) + 1))
 
 
-def for_run(cfg, model: str, model_config: dict, device: str, world_size: int,
-            set_up: dict[str, float] | None = None) -> Compiled:  # fmt: skip
+def for_run(
+    cfg, model: str, model_config: dict, device: str, world_size: int, set_up: dict[str, float] | None = None
+) -> Compiled:
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
     points of the set-up passed so far, in seconds since launch."""
     missing = cache_custom_autograd_functions()
     if cfg.compile_cache is None:
         return Compiled(None, set_up)
-    shape = {"model": model, "model_config": model_config, "batch_size": cfg.batch_size, "precision": cfg.precision,
-             "compile_mode": cfg.compile_mode, "channels_last": cfg.channels_last, "world_size": world_size,
-             "vae": cfg.vae, "device": device.split(":")[0]}  # fmt: skip
+    shape = {
+        "model": model,
+        "model_config": model_config,
+        "batch_size": cfg.batch_size,
+        "precision": cfg.precision,
+        "compile_mode": cfg.compile_mode,
+        "channels_last": cfg.channels_last,
+        "world_size": world_size,
+        "vae": cfg.vae,
+        "device": device.split(":")[0],
+    }
     if world_size > 1 and cfg.grad_sync != "ddp":  # another graph (DDP's is split at its buckets); ddp keeps old names
         shape["grad_sync"] = cfg.grad_sync
     # ranks would write each other's programs; not tried with them or --vae
