@@ -362,8 +362,9 @@ def cache_custom_autograd_functions() -> str | None:
     """Let AOTAutograd's cache keep graphs that hold a custom autograd.Function, as the UNet's skip concatenation
     (model._CatDenseGrad) is. torch bypasses that cache for them by default, as a Function's Python could change
     unseen; Dynamo traces this one's forward and backward into the graph, so a changed backward is a new key (a CPU
-    check: a cache miss and other gradients). Bypassed, every process traced the joint graph again, most of a
-    start from the compile cache (docs/BENCHMARKS.md, "Cold start"). A torch without that switch keeps bypassing: the line returned says so."""
+    check: a cache miss and other gradients). Bypassed, every process traced the joint graph again, most of a start
+    from the compile cache (docs/BENCHMARKS.md, "Cold start"). A torch without that switch keeps bypassing: the line
+    returned says so."""
     import torch._functorch.config as config
 
     if not hasattr(config, "autograd_cache_allow_custom_autograd_functions"):
