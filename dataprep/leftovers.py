@@ -31,7 +31,8 @@ from .text import printable
 LOCK = ".lock"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's included)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -46,7 +47,7 @@ def owner_alive(tmp: Path, pid: int) -> bool:
     try:
         fd = os.open(tmp / LOCK, os.O_RDWR | os.O_NONBLOCK)
     except FileNotFoundError:  # killed before it took the lock, after it let it go, or tmp itself is gone
-        return _pid_alive(pid)
+        return pid_alive(pid)
     except OSError:
         return True  # cannot tell: leave it
     try:

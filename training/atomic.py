@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dataprep.leftovers import pid_alive
+
 _in_flight: set[str] = set()  # temporary files this process is writing now
 _lock = threading.Lock()
 _closed = threading.Event()  # a hard stop is removing them: no new one may start
@@ -58,16 +60,6 @@ def written(path: Path, mode: int = 0o666) -> Iterator[Path]:
         os.close(fd)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
 def _writer_alive(leftover: Path, pid: int) -> bool:
     """A leftover's writer is alive while it holds the file's lock, or (a file from before the lock, or one caught
     between its creation and its lock) while its process exists."""
@@ -85,7 +77,7 @@ def _writer_alive(leftover: Path, pid: int) -> bool:
         return True
     finally:
         os.close(fd)  # releases the lock if we got it
-    return _pid_alive(pid)
+    return pid_alive(pid)
 
 
 def remove_stale(folder: Path, pattern: str, what: str) -> list[str]:
