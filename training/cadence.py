@@ -15,7 +15,7 @@ from .config import TrainConfig
 from .data import EpochStream
 
 if TYPE_CHECKING:
-    from .loop import Run
+    from .prepare import Run
 
 
 def sample_due(cfg: TrainConfig, step: int, info: ddp.Dist) -> bool:
