@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import check_vae_option, renamed, take_renamed
+from dataprep.cli_common import check_vae_option, data_location, renamed, take_renamed
+from dataprep.remote import is_remote
 from dataprep.text import printable
 from training.config import GRAD_SYNCS
 
@@ -59,9 +60,12 @@ def parse_pins(value: str) -> tuple[bool, ...]:
 DATA = click.option(
     "--data",
     required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="A directory written by `dataprep convert`.",
+    callback=data_location,
+    help="A directory written by `dataprep convert`, or s3://BUCKET/PREFIX (the stream backend alone reads it; "
+    "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY reach the store).",
 )
+# s3:// data: the loaders that read object storage (none: the model's data-free rate)
+REMOTE_BACKENDS = ("stream", "none")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -171,12 +175,13 @@ def cli() -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks].",
+    help="Results directory [default: DATA/.gpufeed-bench, where `train --loader fastest` looks; for "
+    "s3://BUCKET/PREFIX ./.gpufeed-bench/BUCKET/PREFIX].",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full summary (OUT/summary.json), not the answer.")
 def loaders(
-    data: Path,
+    data: Path | str,
     backends,
     workers,
     pins,
@@ -200,8 +205,9 @@ def loaders(
     from .grid.runner import GridConfig, run_grid
 
     take_renamed(options, "--warmup", "--timing-warmup", "warmup", "bench loaders")
-    if not (data / "manifest.json").is_file():
-        raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
+    remote = is_remote(data)
+    backends = _remote_backends(backends, click.get_current_context()) if remote else parse_backends(backends)
+    manifest = _manifest(data)
     check_vae_option(options["vae"])
     device = _device(device)
     allowed = len(os.sched_getaffinity(0))
@@ -221,7 +227,7 @@ def loaders(
     options["steps"] = options["steps"] or (10 if cpu else 200)
     options["warmup"] = options["warmup"] if options["warmup"] is not None else (2 if cpu else 20)
     if options["model"] == "auto":
-        options["model"] = preset_for(data, device, options["vae"])
+        options["model"] = preset_for(data, device, options["vae"], manifest)
     # on a CPU what `train` takes there (training.cpu_defaults), so that `train --loader fastest` finds these runs
     cpu_batch, cpu_precision = CpuDefaults.batch_size, CpuDefaults.precision
     options["precision"] = options["precision"] or (cpu_precision if cpu else "bf16")
@@ -230,8 +236,8 @@ def loaders(
     workers = workers or (",".join(map(str, dict.fromkeys((0, max(1, cores // 2), cores)))) if cpu else "0,4,8")
     cfg = GridConfig(
         data=data,
-        out=out or default_results_dir(data),
-        backends=_present(data, parse_backends(backends), click.get_current_context()),
+        out=out or (remote_results_dir(data) if remote else default_results_dir(data)),
+        backends=backends if remote else _present(manifest, backends, click.get_current_context()),
         workers=_ints(workers, "--workers", "0,4,8", 0),
         pin_memory=parse_pins(pins),
         batch_sizes=batch_sizes,
@@ -242,7 +248,7 @@ def loaders(
         time_limit_s=None if time_limit_min is None else 60 * time_limit_min,
         **options,
     )
-    _check_fits(data, cfg.batch_sizes, nprocs, options["global_batch"])
+    _check_fits(manifest, cfg.batch_sizes, nprocs, options["global_batch"])
     note = capped(cfg.backends, cfg.workers, cpus)
     if note:
         click.echo(note, err=True)
@@ -290,27 +296,63 @@ def _check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, globa
             )
 
 
-def _present(data: Path, backends: tuple[str, ...], ctx) -> tuple[str, ...]:
+def _manifest(data: Path | str) -> dict:
+    """The data's manifest, or exit 2 naming what is missing: a directory's, or an s3:// prefix's (dataprep.remote)."""
+    from dataprep.remote import RemoteError, is_remote
+
+    from .grid.job import manifest_of
+
+    if not is_remote(data) and not (data / "manifest.json").is_file():
+        raise click.BadParameter(f"{data}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data")
+    try:
+        return manifest_of(data)
+    except RemoteError as e:
+        raise click.BadParameter(printable(str(e)), param_hint="--data") from None
+    except ValueError as e:  # a damaged manifest.json
+        raise click.BadParameter(
+            f"{data / 'manifest.json'}: not JSON ({e}); prepare it again with `dataprep convert`", param_hint="--data"
+        ) from None
+
+
+def _remote_backends(value: str, ctx) -> tuple[str, ...]:
+    """s3:// data: the stream backend alone reads object storage, so it is the default, and any other is refused."""
+    if ctx.get_parameter_source("backends") == click.core.ParameterSource.DEFAULT:
+        return ("stream",)
+    if value != "none" and any(b.strip() not in REMOTE_BACKENDS for b in value.split(",")):
+        raise click.BadParameter(
+            f"{value!r}: s3:// data is read by the stream backend alone; valid: {', '.join(REMOTE_BACKENDS)}",
+            param_hint="--backends",
+        )
+    return parse_backends(value)
+
+
+def remote_results_dir(location: str) -> Path:
+    """Where results for s3://BUCKET/PREFIX go without --out (a bucket holds no results): ./.gpufeed-bench/BUCKET/
+    PREFIX, a name that cannot climb out of it."""
+    from dataprep.remote import S3Url
+
+    url = S3Url.parse(location)
+    parts = [p if p not in (".", "..") else "_" for p in url.prefix.split("/") if p]
+    return Path(".gpufeed-bench", url.bucket, *parts)
+
+
+def _present(manifest: dict, backends: tuple[str, ...], ctx) -> tuple[str, ...]:
     """Left at its default, --backends is every backend whose format the data has (the stream shards, say, are
     converted on request only); named backends are kept, and one whose format is missing fails with the fix."""
     if ctx.get_parameter_source("backends") != click.core.ParameterSource.DEFAULT:
         return backends
-    import json
-
     from loaders import NEEDS_FORMAT
 
-    formats = json.loads((data / "manifest.json").read_text()).get("formats", {})
+    formats = manifest.get("formats", {})
     present = tuple(b for b in backends if NEEDS_FORMAT[b] in formats or (b == "gpu" and "files" in formats))
     return present or backends
 
 
-def _check_fits(data: Path, batch_sizes: tuple[int, ...], nprocs: tuple[int, ...], global_batch) -> None:
+def _check_fits(manifest: dict, batch_sizes: tuple[int, ...], nprocs: tuple[int, ...], global_batch) -> None:
     """Refuse a batch larger than the data gives each rank, before any run starts, with a size that fits."""
-    import json
-
     from loaders.errors import too_small
 
-    count = json.loads((data / "manifest.json").read_text()).get("count")
+    count = manifest.get("count")
     if not isinstance(count, int):  # a damaged manifest: the runs' loaders name what is wrong with it
         return
     for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:

@@ -1,10 +1,12 @@
 """What the three command lines (dataprep, bench, train) share; here because each tool imports only the packages to
 its left: an option that was renamed keeps its old name for a while, saying the new one; a --vae that names nothing
-usable is refused at once. How each ends on Ctrl-C or SIGTERM (exit 130 or 143) is dataprep.stopping's `run`."""
+usable is refused at once; train's and bench's --data take a directory or an s3:// URL alike. How each ends on Ctrl-C
+or SIGTERM (exit 130 or 143) is dataprep.stopping's `run`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -29,6 +31,16 @@ def take_renamed(options: dict, old: str, new: str, dest: str, tool: str) -> boo
 
 def _key(old: str) -> str:
     return "renamed_" + old.lstrip("-").replace("-", "_")
+
+
+def data_location(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | str | None:
+    """--data of train and bench (a click callback): a directory that exists, or s3://BUCKET/PREFIX kept as text,
+    since a Path would fold its double slash."""
+    from .remote import SCHEME
+
+    if value is None or value.startswith(SCHEME):
+        return value
+    return click.Path(exists=True, file_okay=False, path_type=Path).convert(value, param, ctx)
 
 
 def check_vae_option(vae: str | None) -> None:

@@ -237,3 +237,29 @@ def test_bench_and_fastest_consider_the_stream_backend():
     without = [c for group in candidates({"hdf5": {}}, "cpu", 2, ProbeConfig()) for c in group]
     assert {("stream", 0, None), ("stream", 2, None)} <= set(with_stream)
     assert not any(b == "stream" for b, _, _ in without)
+
+
+@pytest.mark.slow
+def test_bench_loaders_measures_s3_data_with_the_stream_backend(remote, tmp_path):
+    """bench loaders --data s3://...: the grid reads the manifest from the store, runs the stream backend in the
+    real training loop, and its record names the URL as given."""
+    from bench.cli import cli as bench_cli
+
+    out = tmp_path / "results"
+    args = ["loaders", "--data", remote, "--device", "cpu", "--model", "tiny", "--backends", "stream"]
+    args += ["--workers", "0", "--steps", "2", "--timing-warmup", "1", "--batch-size", "16", "--out", str(out)]
+    r = CliRunner().invoke(bench_cli, [*args, "--no-progress"])
+    assert r.exit_code == 0, r.output
+    records = [json.loads(p.read_text()) for p in out.glob("*.json") if p.name != "summary.json"]
+    streamed = [rec for rec in records if rec.get("job", {}).get("backend") == "stream"]
+    assert streamed and "error" not in streamed[0], records
+    assert streamed[0]["data"]["path"] == remote and streamed[0]["data"]["count"] == N
+
+
+def test_bench_loaders_on_s3_data_refuses_other_backends():
+    """Only the stream backend reads object storage: asking bench for hdf5 on s3:// data fails at once (no server
+    needed), naming the backends that can run."""
+    from bench.cli import cli as bench_cli
+
+    r = CliRunner().invoke(bench_cli, ["loaders", "--data", "s3://bucket/images", "--backends", "hdf5", "--out", "x"])
+    assert r.exit_code == 2 and "valid: stream, none" in r.output, r.output

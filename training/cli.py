@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import check_vae_option, renamed, take_renamed
+from dataprep.cli_common import check_vae_option, data_location, renamed, take_renamed
 
 from .bytecode import keep_bytecode
 from .config import (
@@ -37,9 +37,7 @@ def _d(name: str):
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option(
     "--data",
-    callback=lambda ctx, param, v: (
-        v if v.startswith("s3://") else click.Path(exists=True, file_okay=False, path_type=Path).convert(v, param, ctx)
-    ),
+    callback=data_location,
     required=True,
     help="A directory written by `dataprep convert`, or s3://BUCKET/PREFIX (the stream loader; AWS_ENDPOINT_URL, "
     "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY reach the store).",

@@ -29,7 +29,7 @@ THREAD_CAPPED = ("ffcv",)
 @dataclass(kw_only=True)
 class Job:
     kind: str  # "loader": a backend feeding the model (or `none`); "data_free": the model on a resident batch
-    data: str  # the prepared directory
+    data: str  # the prepared directory, or s3://BUCKET/PREFIX
     backend: str | None  # None for data_free
     workers: int | None  # None where the backend has no such knob
     pin_memory: bool | None  # None where the knob does not apply
@@ -88,10 +88,20 @@ def runs_in_words(names: list[str]) -> str:
     return said + (f" and {free} data-free run{'s' * (free != 1)}" if free else "")
 
 
-def preset_for(data: Path, device: str, vae: str | None = None) -> str:
+def manifest_of(data: Path | str) -> dict:
+    """The manifest of a prepared directory, or of an s3:// prefix (through dataprep.remote, which raises RemoteError
+    naming the endpoint and the fix)."""
+    from dataprep.remote import is_remote, load_remote_manifest
+
+    if is_remote(data):
+        return load_remote_manifest(data)
+    return json.loads((Path(data) / "manifest.json").read_text())
+
+
+def preset_for(data: Path | str, device: str, vae: str | None = None, manifest: dict | None = None) -> str:
     """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS); latents,
-    cached or encoded in the step (`vae`), train a DiT."""
-    kind = json.loads((Path(data) / "manifest.json").read_text()).get("kind", "image")
+    cached or encoded in the step (`vae`), train a DiT. `manifest`: the data's, where already read."""
+    kind = (manifest or manifest_of(data)).get("kind", "image")
     latent = kind == "latent" or vae is not None
     if not str(device).startswith("cuda"):
         return "dit_tiny" if latent else "tiny"
@@ -131,7 +141,7 @@ def capped(backends, workers, cpus: int | None) -> str | None:
 
 def expand(
     *,
-    data: Path,
+    data: Path | str,
     backends,
     workers,
     pin_memory,
@@ -171,10 +181,11 @@ def expand(
     )
     jobs: list[Job] = []
     limit = thread_limit(cpus)
+    manifest = manifest_of(data) if model == "none" else None  # read once: over the network for s3:// data
     for r in range(repeats):
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
-            eater = {} if model != "none" else {"model": preset_for(data, device, vae)}
+            eater = {} if model != "none" else {"model": preset_for(data, device, vae, manifest)}
             free = Job(
                 kind="data_free",
                 backend=None,

@@ -56,8 +56,8 @@ class ResidentLoader:
 
 
 # where a data-free run takes its one real batch: the first backend whose format the data has, those reading without
-# workers first
-DATA_FREE_SOURCES = (("hdf5", "hdf5"), ("gpu", "files"), ("ffcv", "ffcv"), ("dali", "dali"))
+# workers first; s3:// data has the stream backend alone
+DATA_FREE_SOURCES = (("hdf5", "hdf5"), ("gpu", "files"), ("ffcv", "ffcv"), ("dali", "dali"), ("stream", "stream"))
 
 
 def build(job: Job):
@@ -72,10 +72,10 @@ def build(job: Job):
         opts |= {"rank": int(os.environ.get("RANK", "0")), "world_size": int(os.environ.get("WORLD_SIZE", "1"))}
         loader = build_loader(job.backend, job.data, workers=job.workers or 0, pin_memory=bool(job.pin_memory), **opts)
         return loader, time.perf_counter() - t0
-    from dataprep.manifest import load_manifest
+    from dataprep.remote import is_remote
 
-    formats = load_manifest(job.data)["formats"]  # any format gives the batch: data converted to ffcv alone too
-    source = next((b for b, f in DATA_FREE_SOURCES if f in formats), "hdf5")
+    formats = data_manifest(job.data)["formats"]  # any format gives the batch: data converted to ffcv alone too
+    source = "stream" if is_remote(job.data) else next((b for b, f in DATA_FREE_SOURCES if f in formats), "hdf5")
     with build_loader(source, job.data, workers=int(source in ("ffcv", "dali")), pin_memory=False, **opts) as real:
         first = next(iter(real))
         batch = type(first)(first.x.clone(), first.y.clone())
@@ -110,7 +110,7 @@ def train(loader, job: Job) -> dict:
     total = job.warmup + job.steps
     with tempfile.TemporaryDirectory(prefix="gpufeed-bench-") as run_dir:
         cfg = TrainConfig(
-            data=Path(job.data),
+            data=job.data,  # TrainConfig keeps an s3:// URL as text, makes a Path of a directory
             loader=job.backend or "gpu",
             model=job.model,
             batch_size=job.batch_size,
@@ -188,15 +188,23 @@ def crosscheck(trace: Path, timer, warmup: int) -> dict:
     return tr | {"trace": trace.name, "events_starvation": same.starvation, "difference_pp": diff}
 
 
-def record(job: Job, out: Path) -> dict:
+def data_manifest(data: str) -> dict:
+    """The manifest, checked: a directory's, or an s3:// prefix's through dataprep.remote."""
     from dataprep.manifest import load_manifest
+    from dataprep.remote import is_remote, load_remote_manifest
+
+    return load_remote_manifest(data) if is_remote(data) else load_manifest(data)
+
+
+def record(job: Job, out: Path) -> dict:
+    from dataprep.remote import is_remote
 
     from ..records.env import run_record
 
-    manifest = load_manifest(job.data)
+    manifest = data_manifest(job.data)
     rec = {"name": job.name, "job": job.to_dict()}
     rec["data"] = {
-        "path": str(Path(job.data).resolve()),
+        "path": job.data if is_remote(job.data) else str(Path(job.data).resolve()),  # a URL as given
         "digest": manifest["digest"]["total"],
         "kind": manifest["kind"],
         "count": manifest["count"],
