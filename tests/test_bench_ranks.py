@@ -71,7 +71,8 @@ def test_data_free_alone_with_another_grad_sync(data, tmp_path):
     )
     assert done.exit_code == 0, done.output
     (rec,) = [json.loads(p.read_text()) for p in out.glob("datafree-*.json")]
-    assert rec["name"] == "datafree-np2-bs16-tiny-cpusall-bf16-flat-cpu-r0" and rec["job"]["grad_sync"] == "flat"
+    # fp32: the CPU's default precision
+    assert rec["name"] == "datafree-np2-bs16-tiny-cpusall-fp32-flat-cpu-r0" and rec["job"]["grad_sync"] == "flat"
     ranks = rec["figures"]["ranks"]
     assert len(ranks) == 2 and ranks[0]["param_checksum"] == ranks[1]["param_checksum"]
 
