@@ -141,7 +141,7 @@ class StreamLoader(Loader):
         self.cache = None
         self._dl, self._start = None, 0
         self._open()
-        self._length = len(self._dl)  # kept for after close()
+        self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
 
     def _open(self) -> None:
         from litdata import StreamingDataLoader, StreamingDataset
