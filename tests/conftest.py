@@ -146,3 +146,13 @@ def seaweed(tmp_path_factory):
         for name, value in store.server.env().items():
             patch.setenv(name, value)
         yield store
+
+
+@pytest.fixture(scope="module")
+def small_shards():
+    """Stream shards of ~128 KiB (42 images) instead of 16 MiB, so a few hundred images make many shards."""
+    import dataprep.formats.stream as stream
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stream, "SHARD_BYTES", 128 << 10)
+        yield

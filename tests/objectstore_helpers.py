@@ -46,3 +46,15 @@ class TestStore:
         if self.server.process is None or self.server.process.poll() is not None:
             self.server.process = None
             self.server.start()
+
+
+def convert_synthetic(output: str, limit: int, formats: str) -> str:
+    """`dataprep convert` of `limit` synthetic images to `output` (a folder or s3://BUCKET/PREFIX); returns it."""
+    from click.testing import CliRunner
+
+    from dataprep.cli import cli
+
+    args = ["--source", "synthetic-images", "--limit", str(limit), "--format", formats, "--output", output]
+    r = CliRunner().invoke(cli, ["convert", *args, "--quiet", "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    return output

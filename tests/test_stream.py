@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from objectstore_helpers import convert_synthetic
 from training_helpers import tiny_cfg
 
 from dataprep.cli import cli
@@ -23,37 +24,10 @@ N = 600  # synthetic 32x32 images: 1.8 MB, in shards of SHARD_BYTES set small be
 
 
 @pytest.fixture(scope="module")
-def small_shards():
-    """Shards of ~128 KiB (42 samples) instead of 16 MiB, so a few hundred images make many shards."""
-    import dataprep.formats.stream as stream
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(stream, "SHARD_BYTES", 128 << 10)
-        yield
-
-
-@pytest.fixture(scope="module")
 def remote(seaweed, small_shards) -> str:
     """N synthetic images in hdf5 (the ground truth) and stream, converted straight to s3://BUCKET/images."""
     url = f"s3://{seaweed.bucket()}/images"
-    r = CliRunner().invoke(
-        cli,
-        [
-            "convert",
-            "--source",
-            "synthetic-images",
-            "--limit",
-            str(N),
-            "--format",
-            "hdf5,stream",
-            "--output",
-            url,
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-    )
-    assert r.exit_code == 0, r.output
+    convert_synthetic(url, N, "hdf5,stream")
     return url
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
+from objectstore_helpers import convert_synthetic
 from training_helpers import tiny_cfg
 
 from bench.objectstore.seaweed import free_port
@@ -27,35 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def small_shards():
-    import dataprep.formats.stream as stream
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(stream, "SHARD_BYTES", 128 << 10)  # ~42 images a shard: many shards from a small set
-        yield
-
-
-@pytest.fixture(scope="module")
 def remote(seaweed, small_shards) -> str:
     url = f"s3://{seaweed.bucket()}/faults"
-    r = CliRunner().invoke(
-        cli,
-        [
-            "convert",
-            "--source",
-            "synthetic-images",
-            "--limit",
-            "600",
-            "--format",
-            "stream",
-            "--output",
-            url,
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-    )
-    assert r.exit_code == 0, r.output
+    convert_synthetic(url, 600, "stream")
     return url
 
 
@@ -140,24 +115,7 @@ def damaged(seaweed, small_shards) -> tuple[str, str]:
     """A dataset of its own whose fourth shard has one byte changed in the store (same size): (url, shard key)."""
     bucket = seaweed.bucket()
     url = f"s3://{bucket}/damaged"
-    r = CliRunner().invoke(
-        cli,
-        [
-            "convert",
-            "--source",
-            "synthetic-images",
-            "--limit",
-            "300",
-            "--format",
-            "stream",
-            "--output",
-            url,
-            "--quiet",
-            "--workers",
-            "1",
-        ],
-    )
-    assert r.exit_code == 0, r.output
+    convert_synthetic(url, 300, "stream")
     s3 = seaweed.client()
     key = "damaged/stream/chunk-0-3.bin"
     blob = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
