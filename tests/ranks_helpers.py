@@ -20,8 +20,10 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 def env(**extra: str) -> dict[str, str]:
-    # faulthandler: a rank that aborts prints every thread's Python stack, not just "Signal 6"
-    return os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), "PYTHONFAULTHANDLER": "1"} | extra
+    # faulthandler: a rank that aborts prints every thread's Python stack, not just "Signal 6"; the repository first
+    # on the path, then what was there (packages installed with `pip install --target` on a machine without a venv)
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": path, "PYTHONFAULTHANDLER": "1"} | extra
 
 
 def free_port() -> int:
