@@ -19,6 +19,14 @@ REPO = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
+def node_command(port: int, rank: int) -> list[str]:
+    """torchrun as node `rank` of two on this machine, meeting the other at 127.0.0.1:`port` through the c10d
+    rendezvous: the README's two-host command, each launcher with one rank."""
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "gpufeed-test"]
+    nodes = ["--nnodes", "2", "--nproc_per_node", "1", "--max-restarts", "0", "--node-rank", str(rank)]
+    return [*TORCHRUN, *nodes, *rendezvous]
+
+
 def env(**extra: str) -> dict[str, str]:
     # faulthandler: a rank that aborts prints every thread's Python stack, not just "Signal 6"; the repository first
     # on the path, then what was there (packages installed with `pip install --target` on a machine without a venv)

@@ -12,7 +12,7 @@ import signal
 import time
 
 import pytest
-from ranks_helpers import TORCHRUN, Job, gone_within
+from ranks_helpers import TORCHRUN, Job, gone_within, node_command
 
 PEER_TIMEOUT = "5"  # seconds of silence before the others give up on a rank (30 by default)
 
@@ -143,24 +143,7 @@ def test_sigterm_to_torchrun_writes_one_checkpoint(data, uninterrupted, tmp_path
 
 
 def node(port: int, rank: int, data, out, *extra: str) -> list[str]:
-    return [
-        *TORCHRUN,
-        "--nnodes",
-        "2",
-        "--nproc_per_node",
-        "1",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-        "--rdzv-id",
-        "gpufeed-test",
-        "--max-restarts",
-        "0",
-        "--node-rank",
-        str(rank),
-        *train_args(data, out, STEPS, "--ckpt-every", "2", *extra),
-    ]
+    return [*node_command(port, rank), *train_args(data, out, STEPS, "--ckpt-every", "2", *extra)]
 
 
 @pytest.mark.slow

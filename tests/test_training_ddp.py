@@ -9,17 +9,16 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from ranks_helpers import TORCHRUN, node_command
 
 from training.checkpoint import CKPT_NAME
 
 REPO = Path(__file__).resolve().parents[1]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 
 
 @pytest.fixture(scope="module")
@@ -137,24 +136,9 @@ def test_two_nodes_meet_through_c10d_rendezvous(data, tmp_path):
     test_loaders_conformance checks per backend), the ranks stay in step (equal parameters), and rank 0's checkpoint
     holds both ranks' RNG states."""
     port, out = free_port(), tmp_path / "run"  # --out on a file system both nodes see, as a shared one would be
-    node = [
-        *TORCHRUN,
-        "--nnodes",
-        "2",
-        "--nproc_per_node",
-        "1",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"127.0.0.1:{port}",
-        "--rdzv-id",
-        "gpufeed-test",
-        "--max-restarts",
-        "0",
-    ]
     procs = [
         subprocess.Popen(
-            [*node, "--node-rank", str(i), *train_args(data, out, 6)],
+            [*node_command(port, i), *train_args(data, out, 6)],
             cwd=REPO,
             env=env(),
             stdout=subprocess.PIPE,
