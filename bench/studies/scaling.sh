@@ -10,7 +10,7 @@
 #                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
 #                                         # flat), profiler traces of 1 and 4 ranks (DDP), strong scaling at 512
 #   bash bench/studies/scaling.sh call3   # what the first two left, a trace of flat on 4, ddp-bucket100 on 4
-# or any steps by name: prep weak candidates gputest dit traces loaders strong bucket summary. Each call first
+# or any steps by name: prep weak candidates gputest dit traces loaders cores strong bucket nccl summary. Each call first
 # resumes what an earlier one left (a finished grid is skipped in seconds).
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
 #
@@ -65,12 +65,12 @@ wheels() {  # diffusers for --vae: the wheels carried in .whl (README of the dev
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 }
 
-prep() {  # CIFAR-10 train, 50,000 JPEGs -> hdf5 (the gpu and hdf5 loaders both read it); the host's facts
+prep() {  # CIFAR-10 train, 50,000 JPEGs -> files (torch) and hdf5 (the gpu and hdf5 loaders); the host's facts
   mkdir -p "$R/host" ../shared/datasets
   [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp .devdata/cifar10-jpg.tar.gz ../shared/datasets/  # the tests'
   if [ ! -f "$D/cifar10/manifest.json" ]; then
     [ -d "$D/raw" ] || { mkdir -p "$D/raw" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$D/raw"; }
-    $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" --format hdf5 --quiet "${LIMIT[@]}"
+    $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" --format files,hdf5 --quiet "${LIMIT[@]}"
   fi
   [ -f "$R/host/versions.txt" ] && return
   nvidia-smi topo -m > "$R/host/topo.txt" 2>&1; nvidia-smi -q > "$R/host/nvidia-smi.txt" 2>&1
@@ -154,8 +154,21 @@ traces() {
 
 loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
   # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
-  grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5 --workers $WORKERS \
-    --pin-memory on --cpus $CPUS --nproc "$TOP"
+  grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch \
+    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP"
+}
+cores() {  # the cores per rank each backend needs: 2 (1 worker) and every core of the host shared (4 workers)
+  grid loaders-cpus2 "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch --workers 1 \
+    --pin-memory on --cpus 2 --nproc "$TOP"
+  grid loaders-shared "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch --workers 4 \
+    --pin-memory on --nproc "$TOP"
+}
+nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_DEBUG=INFO)
+  [ -f "$R/nccl/probe-np$TOP.json" ] && return
+  mkdir -p "$R/nccl"
+  NCCL_DEBUG=INFO timeout 120 $PY -m torch.distributed.run --standalone --nproc_per_node "$TOP" -m bench.studies.nccl_probe \
+    --model $M_CIFAR --out "$R/nccl/probe-np$TOP.json" > "$R/nccl/probe-np$TOP.log" 2>&1
+  grep -E "via|NVLS|ms" "$R/nccl/probe-np$TOP.log" | head -20
 }
 strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-ddp's 4-GPU run, resumed, not rerun)
   grid weak-ddp "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL"
@@ -168,7 +181,7 @@ for STEP in "$@"; do
     call1) prep; weak; candidates; loaders ;;
     call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
     call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
-    prep|weak|candidates|dit|gputest|traces|loaders|strong|bucket) prep; $STEP ;;
+    prep|weak|candidates|dit|gputest|traces|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac
