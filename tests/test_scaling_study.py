@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.studies.scaling import busy, overlap, summary, trace_breakdown
+from bench.studies.scaling import busy, loader_table, nccl_table, overlap, plot, summary, trace_breakdown
 
 
 def test_intervals_merge_and_intersect():
@@ -60,3 +60,57 @@ def test_the_summary_sets_each_rank_count_against_one(synthetic_images, tmp_path
     md = (res / "summary.md").read_text()
     up = runs[("flat", 2)]["samples_per_s"] / runs[("ddp", 1)]["samples_per_s"]
     assert f"| tiny | 8 | all | flat | 2 | {runs[('flat', 2)]['samples_per_s']:,.0f} | {up:.2f}× |" in md
+    assert plot(res).stat().st_size > 10_000  # a drawn figure, not an empty canvas
+
+
+def _row(**kw) -> dict:
+    base = {"model": "m", "batch_size": 8, "nproc": 2, "grad_sync": "ddp", "cpus": None, "workers": None}
+    return base | {"starvation": 0.0, "starvation_any": None, "waited_on_rank": None, "host_behind_max": 0.0} | kw
+
+
+def test_loaders_are_set_against_the_unpinned_data_free_rate_too():
+    """A pinned data-free run the host cannot keep up with flatters its loaders: the table also divides by the
+    unpinned one, and takes no share of a loss under 1%."""
+    rs = [
+        _row(kind="data_free", samples_per_s=1000.0),
+        _row(kind="data_free", samples_per_s=800.0, cpus=2),
+        _row(kind="loader", backend="gpu", cpus=2, samples_per_s=900.0, vs_data_free=1.125, starvation_any=0.01),
+        _row(
+            kind="loader",
+            backend="hdf5",
+            cpus=2,
+            workers=1,
+            samples_per_s=796.0,
+            vs_data_free=0.995,
+            starvation_any=0.03,
+            waited_on_rank=1,
+            waited_on_share=0.75,
+            host_behind_max=0.43,
+        ),
+        _row(
+            kind="loader",
+            backend="torch",
+            cpus=2,
+            workers=1,
+            samples_per_s=400.0,
+            vs_data_free=0.5,
+            starvation_any=0.45,
+            waited_on_rank=0,
+            waited_on_share=0.6,
+        ),
+    ]
+    lines = {line.split(" | ")[3]: line for line in loader_table(rs)[2:]}
+    assert "| 112.5% | 90.0% |" in lines["gpu"]
+    hdf5 = lines["hdf5, 1 workers"]
+    assert "| 99.5% | 79.6% |" in hdf5 and hdf5.endswith("| rank 1 (75%) | – | 43% |")
+    assert lines["torch, 1 workers"].endswith("| rank 0 (60%) | 90% | 0% |")  # 45% waited of 50% lost
+
+
+def test_the_nccl_probe_table_reads_each_probe(tmp_path):
+    reduce = {"what": "ddpm_cifar10 gradient fp32", "bytes": 142985228, "ms": 0.559, "busbw_gb_s": 255.8}
+    probe = {"world_size": 2, "flat_copies_ms": 1.165, "all_reduce": [reduce]}
+    (tmp_path / "nccl").mkdir()
+    (tmp_path / "nccl" / "probe-np2.json").write_text(json.dumps(probe))
+    lines = nccl_table(tmp_path)
+    assert "| 2 | ddpm_cifar10 gradient fp32 | 143.0 | 0.559 | 256 |" in lines
+    assert any("1.165" in line and "copies" in line for line in lines)

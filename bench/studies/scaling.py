@@ -90,16 +90,23 @@ def strong_table(rs: list[dict]) -> list[str]:
 
 
 def loader_table(rs: list[dict]) -> list[str]:
-    """Each loader run against the data-free rate of its own rank count, with who made the others wait."""
+    """Each loader run against the data-free rate of its own rank count and cores (bench's figure), and against the
+    unpinned one (every core of the host: a pinned data-free rate that the host cannot keep up with flatters its
+    loaders), with who made the others wait and how much of the lost rate that waiting explains."""
+    unpinned_free = [r for r in rs if r["kind"] == "data_free" and not r["cpus"]]
+    free = {(r["model"], r["batch_size"], r["nproc"], r["grad_sync"]): r["samples_per_s"] for r in unpinned_free}
     lines = [
-        "| model | GPUs | cores per rank | loader | samples/s | of data-free | starvation (mean) | some rank "
-        "starved | made the others wait | of the lost rate |",
-        "|---|--:|--:|---|--:|--:|--:|--:|---|--:|",
+        "| model | GPUs | cores per rank | loader | samples/s | of data-free | of unpinned data-free "
+        "| starvation (mean) | some rank starved | made the others wait | of the lost rate | host late (worst rank) |",
+        "|---|--:|--:|---|--:|--:|--:|--:|--:|---|--:|--:|",
     ]
-    for r in sorted((r for r in rs if r["kind"] == "loader"), key=lambda r: (r["model"], r["nproc"], r["backend"])):
+    key = lambda r: (r["model"], r["nproc"], r["backend"], r["cpus"] or 10**6)  # noqa: E731
+    for r in sorted((r for r in rs if r["kind"] == "loader"), key=key):
         who = f"rank {r['waited_on_rank']} ({r['waited_on_share']:.0%})" if r.get("waited_on_rank") is not None else "–"
         lost = 1 - r["vs_data_free"] if r.get("vs_data_free") else None
-        explains = r["starvation_any"] / lost if r.get("starvation_any") is not None and lost and lost > 0 else None
+        # a run within 1% of its data-free rate lost nothing a share could be taken of
+        explains = r["starvation_any"] / lost if r.get("starvation_any") is not None and lost and lost > 0.01 else None
+        unpinned = free.get((r["model"], r["batch_size"], r["nproc"], r["grad_sync"]))
         loader = r["backend"] + ("" if r["workers"] is None else f", {r['workers']} workers")
         cells = [
             r["model"],
@@ -108,12 +115,29 @@ def loader_table(rs: list[dict]) -> list[str]:
             loader,
             f"{r['samples_per_s']:,.0f}",
             _f(r.get("vs_data_free"), ".1%"),
+            _f(r["samples_per_s"] / unpinned if unpinned else None, ".1%"),
             _f(r["starvation"], ".2%"),
             _f(r.get("starvation_any"), ".2%"),
             who,
             _f(explains, ".0%"),
+            _f(r.get("host_behind_max"), ".0%"),
         ]
         lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
+
+
+def nccl_table(results: Path) -> list[str]:
+    """bench/studies/nccl_probe.py's all-reduces alone, per rank count probed."""
+    lines = ["| GPUs | all-reduce of | MB | ms | busbw GB/s |", "|--:|---|--:|--:|--:|"]
+    for path in sorted(Path(results).glob("nccl/probe-np*.json")):
+        probe = json.loads(path.read_text())
+        for row in probe["all_reduce"]:
+            lines.append(
+                f"| {probe['world_size']} | {row['what']} | {row['bytes'] / 1e6:.1f} | {row['ms']:.3f} | "
+                f"{row['busbw_gb_s']:.0f} |"
+            )
+        copies = "(`flat`'s copies into one buffer and back, no all-reduce)"
+        lines.append(f"| {probe['world_size']} | {copies} | | {probe['flat_copies_ms']:.3f} | |")
     return lines
 
 
@@ -204,6 +228,7 @@ def summary(results: Path, steps: int) -> dict:
     md = ["# Several GPUs: what bench/studies/scaling.sh measured", "", "## Data-free rate against GPUs", ""]
     md += weak_table(rs) + ["", "## Strong scaling: one global batch over more GPUs", ""] + strong_table(rs)
     md += ["", "## Loaders against the data-free rate of their rank count", ""] + loader_table(rs)
+    md += ["", "## One all-reduce alone (bench/studies/nccl_probe.py)", ""] + nccl_table(results)
     md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
     md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
     (results / "summary.md").write_text("\n".join(md) + "\n")
@@ -238,6 +263,45 @@ def summary(results: Path, steps: int) -> dict:
     return record
 
 
+def plot(results: Path) -> Path:
+    """RESULTS/scaling.png: per model, the data-free rate against GPUs per grad_sync with the ideal line (N x one GPU),
+    the strong-scaling runs, and each loader run at its GPU count, marked by cores per rank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rs = rows(results)
+    models = sorted({r["model"] for r in rs})
+    fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        free = [r for r in rs if r["model"] == model and r["kind"] == "data_free" and not r["cpus"]]
+        one = {r["batch_size"]: r["samples_per_s"] for r in free if r["nproc"] == 1}
+        gpus = sorted({r["nproc"] for r in rs if r["model"] == model})
+        for bs, rate in sorted(one.items()):
+            style = "k:" if bs == min(one) else "k-."
+            ax.plot(gpus, [rate * n for n in gpus], style, lw=1, label=f"ideal, batch {bs}/GPU")
+        weak = [r for r in free if r["nproc"] > 1 and r["batch_size"] == min(one, default=None)]
+        for sync in sorted({r["grad_sync"] for r in weak}):  # every way starts from the same 1-GPU rate
+            line = [(1, one[min(one)])] + sorted(
+                (r["nproc"], r["samples_per_s"]) for r in weak if r["grad_sync"] == sync
+            )
+            ax.plot(*zip(*line), "o-", label=f"data-free, {sync}")
+        strong = [r for r in free if r["nproc"] > 1 and r["batch_size"] * r["nproc"] in one and r not in weak]
+        for r in strong:  # a global batch the 1-GPU run also trained
+            total = r["batch_size"] * r["nproc"]
+            ax.plot([1, r["nproc"]], [one[total], r["samples_per_s"]], "s--", lw=1, label=f"strong, global {total}")
+        for r in (r for r in rs if r["model"] == model and r["kind"] == "loader"):
+            ax.scatter(r["nproc"], r["samples_per_s"], marker="x", s=30)
+            ax.annotate(f"{r['backend']} {r['cpus'] or 'all'}c", (r["nproc"], r["samples_per_s"]), fontsize=7)
+        ax.set(title=model, xlabel="GPUs", ylabel="samples/s (all ranks)", xticks=gpus)
+        ax.legend(fontsize=7)
+    out = Path(results) / "scaling.png"
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    return out
+
+
 def compress_traces(root: Path) -> None:
     """gzip every trace.json under `root` in place (the archive that comes back is small)."""
     for path in Path(root).rglob("trace.json"):
@@ -248,12 +312,14 @@ def compress_traces(root: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("summary", "traces", "gzip"))
+    p.add_argument("what", choices=("summary", "traces", "plot", "gzip"))
     p.add_argument("root", type=Path)
     p.add_argument("--profile-steps", type=int, default=5, help="steps each trace holds (TrainConfig.profile_steps)")
     a = p.parse_args(argv)
     if a.what == "summary":
         summary(a.root, a.profile_steps)
+    elif a.what == "plot":
+        print(plot(a.root))
     elif a.what == "traces":
         print("\n".join(trace_table(traces(a.root, a.profile_steps))))
     else:

@@ -3,13 +3,16 @@
 # at most 9 minutes of wall time. Run the three calls back to back on one warm machine: the torch.compile caches and
 # the results live in /tmp there, and the later calls resume what the earlier ones measured.
 #
-#   bash bench/studies/scaling.sh call1   # ~9 min on a fresh host: prep, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
-#                                         # with today's DDP, --grad-sync flat at 2/4 and ddp-nosplit at 4, the gpu
-#                                         # and hdf5 loaders at 4 cores per rank on 4 GPUs
+#   bash bench/studies/scaling.sh call1   # ~9 min on a fresh host: prep, one all-reduce alone, ddpm_cifar10 b128
+#                                         # data-free at 1/2/4 GPUs with today's DDP, --grad-sync flat at 2/4 and
+#                                         # ddp-nosplit at 4, the gpu, hdf5 and torch loaders at 4 cores per rank
 #   bash bench/studies/scaling.sh call2   # ~9 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
 #                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
 #                                         # flat), profiler traces of 1 and 4 ranks (DDP), strong scaling at 512
-#   bash bench/studies/scaling.sh call3   # what the first two left, a trace of flat on 4, ddp-bucket100 on 4
+#   bash bench/studies/scaling.sh call3   # what the first two left, a trace of flat on 4, ddp-bucket100 on 4, the
+#                                         # loaders at 2 cores per rank and with every core shared
+# On a 2-GPU host the same calls run the 1- and 2-GPU parts; the order that fits three calls there:
+#   prep nccl weak candidates bucket loaders | gputest loaders traces dit strong | dit strong cores
 # or any steps by name: prep weak candidates gputest dit traces loaders cores strong bucket nccl summary. Each call first
 # resumes what an earlier one left (a finished grid is skipped in seconds).
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -88,7 +91,7 @@ grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, 
     --repeats 1 --resume --no-progress --time-limit "$(left)" --out "$R/$name" "$@" 2>&1 | tee "$log" \
     || status=$?
   cat "$log" >> "$R/$name.log"
-  grep -q "configurations not started" "$log" && status=1
+  grep -q "not started" "$log" && status=1  # bench: "time limit: N runs not started"
   [ $status = 0 ] && echo "$name: complete" || echo "$name: NOT complete (status $status): repeat this call"
 }
 
@@ -173,14 +176,17 @@ nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_D
 strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-ddp's 4-GPU run, resumed, not rerun)
   grid weak-ddp "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL"
 }
-summary() { $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summary: $R/summary.md"; }
+summary() {
+  $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summary: $R/summary.md"
+  $PY -m bench.studies.scaling plot "$R" > /dev/null 2>&1 || echo "plot: none (matplotlib missing?)"
+}
 
 [ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
 for STEP in "$@"; do
   case $STEP in
-    call1) prep; weak; candidates; loaders ;;
+    call1) prep; nccl; weak; candidates; loaders ;;
     call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
-    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; profiled flat-np$TOP "$TOP" flat; bucket ;;
+    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; profiled flat-np$TOP "$TOP" flat; bucket; cores ;;
     prep|weak|candidates|dit|gputest|traces|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
