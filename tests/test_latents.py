@@ -302,11 +302,12 @@ def test_clips_of_ten_seconds_and_more_in_bounded_chunks(audio_vae, tmp_path, mo
     """10.24 s and 12 s clips convert to AudioLDM's 1,024 and 1,200 frames; the conversion reads them in chunks of at
     most CHUNK_BYTES, each a whole number of autoencoder batches."""
     import dataprep.convert as conversion
+    import dataprep.convert_input as conversion_input
 
-    monkeypatch.setattr(conversion, "CHUNK_BYTES", 4 << 20)
+    monkeypatch.setattr(conversion_input, "CHUNK_BYTES", 4 << 20)
     sizes = []
-    real = conversion._usable
-    monkeypatch.setattr(conversion, "_usable", lambda chunks, *a: real((sizes.append(len(c)) or c for c in chunks), *a))
+    real = conversion.usable
+    monkeypatch.setattr(conversion, "usable", lambda chunks, *a: real((sizes.append(len(c)) or c for c in chunks), *a))
     common = ["--source", "synthetic-audio", "--limit", "7", "--sample-rate", "16000", "--format", "hdf5"]
     for seconds, frames in (("10.24", 1024), ("12", 1200)):
         out = tmp_path / seconds

@@ -33,7 +33,7 @@ DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "none": "images", "dit_b2
 
 def write_latents(out: Path, count: int) -> None:
     """A latent dataset in the stream format, made without an autoencoder: random moments, a valid manifest."""
-    from dataprep.convert import _describe_files
+    from dataprep.convert_write import describe_files
     from dataprep.digest import SampleDigest
     from dataprep.formats.base import DatasetMeta
     from dataprep.formats.stream import StreamWriter
@@ -50,7 +50,7 @@ def write_latents(out: Path, count: int) -> None:
         chunk = Chunk(x, (np.arange(start, start + n) % 2).astype(np.int64))
         writer.write(chunk)
         digest.update(chunk)
-    files = _describe_files(out, writer.finish(), 4)
+    files = describe_files(out, writer.finish(), 4)
     latent = {
         "of": "image",
         "views": ["image", "mirror"],

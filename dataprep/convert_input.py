@@ -1,0 +1,66 @@
+"""The input side of `dataprep convert`: the source opened from --input, the paths it reads (which the output must
+stay apart from), and its samples in chunks of a bounded size, cut at --limit."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .convert_config import ConvertConfig
+from .sources import AudioSpec, Chunk, build_source
+
+CHUNK = 1024  # samples per chunk at most: cheap per-chunk overhead (3 MiB of CIFAR, 64 MiB of 1 s audio)
+CHUNK_BYTES = 64 << 20  # and at most this much decoded data: 10.24 s clips are 640 KiB, 256 px images 192 KiB each
+
+
+def open_source(cfg: ConvertConfig, spec: AudioSpec):
+    """The source --source and --input name, listed (nothing decoded yet)."""
+    return build_source(cfg.source, given_input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size)
+
+
+def given_input(cfg: ConvertConfig) -> Path | str | None:
+    """--input as a Path, or as given where a Path would change it: s3:// shards, brace patterns."""
+    if cfg.input is None:
+        return None
+    text = str(cfg.input)
+    return text if text.startswith("s3://") or "{" in text else Path(cfg.input)
+
+
+def read_from(cfg: ConvertConfig, source) -> list[str]:
+    """The resolved paths the conversion reads, which the output must stay apart from: the input, and each folder
+    its files are in (a folder reached through a symbolic link lies elsewhere). Shards named by a pattern or in
+    object storage are read into a temporary folder: nothing of the input lies beside the output."""
+    if cfg.input is None or isinstance(given_input(cfg), str):
+        return []
+    folders = {os.path.dirname(p) for p, _ in getattr(source, "items", ())}
+    return sorted({os.path.realpath(cfg.input)} | {os.path.realpath(f) for f in folders})
+
+
+def chunk_size(cfg: ConvertConfig, source, spec: AudioSpec) -> int:
+    """Samples per chunk: CHUNK, fewer where samples are large (the size of images without --size is not known before
+    decoding), and with --vae a whole number of autoencoder batches, so that only the last batch can be short."""
+    sample_bytes = 4 * spec.channels * spec.num_samples if source.kind == "audio" else 3 * (cfg.size or 0) ** 2
+    n = min(CHUNK, CHUNK_BYTES // max(1, sample_bytes))
+    return max(cfg.batch_size, n // cfg.batch_size * cfg.batch_size) if cfg.vae else max(1, n)
+
+
+def usable(chunks: Iterator[Chunk], limit: int | None, skipped: list) -> Iterator[Chunk]:
+    """The non-empty chunks, cut at `limit` samples; the skipped files of every chunk read go to `skipped`."""
+    count = 0
+    for chunk in chunks:
+        skipped += chunk.skipped
+        if limit is not None and count + len(chunk) > limit:
+            chunk = _head(chunk, limit - count)
+        if len(chunk):
+            count += len(chunk)
+            yield chunk
+        if count == limit:
+            return
+
+
+def _head(chunk: Chunk, n: int) -> Chunk:
+    names = None if chunk.names is None else chunk.names[:n]
+    text = None if chunk.text is None else chunk.text[:n]
+    length = None if chunk.length is None else chunk.length[:n]
+    return Chunk(chunk.x[:n], chunk.y[:n], length, chunk.skipped, names, text)

@@ -1,0 +1,100 @@
+"""The autoencoder pass of `dataprep convert --vae`: the autoencoder loaded on this process's device, the encoder that
+turns decoded chunks into latents (dataprep.latents), and the ranks under torchrun, which encode in turns while rank 0
+alone writes the output."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import chain
+
+from . import ranks
+from .convert_config import ConvertConfig
+from .convert_input import chunk_size, open_source, usable
+from .sources import AudioSpec, Chunk
+from .timings import Timings
+
+
+@contextmanager
+def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
+    """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
+    its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
+    "terminate called without an active exception"). A rank that fails ends every rank promptly (dataprep.ranks)."""
+    if cfg.vae is None or ranks.world()[1] == 1:
+        yield
+        return
+    import torch
+
+    if torch.distributed.is_initialized():  # a group the caller made is the caller's to leave
+        device = _rank_device(cfg)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(device)
+        yield
+        return
+    watch = ranks.join(_rank_device(cfg))
+    try:
+        yield
+    except BaseException as e:
+        ranks.leave(watch, e)
+        raise
+    ranks.leave(watch)
+
+
+def load_autoencoder(cfg: ConvertConfig, times: Timings):
+    """The autoencoder on this process's device (under torchrun, the rank's GPU)."""
+    from .latents import load_vae
+
+    with times.timed("load the autoencoder"):
+        return load_vae(cfg.vae, _rank_device(cfg))
+
+
+def latent_encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
+    from .latents.encode import LatentEncoder
+
+    return LatentEncoder(
+        vae,
+        kind,
+        tuple(first.x.shape[1:]),
+        spec,
+        batch_size=cfg.batch_size,
+        precision=cfg.vae_precision,
+        compile=cfg.compile,
+    )
+
+
+def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
+    """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
+    gathers every batch and writes the one output)."""
+    source = open_source(cfg, spec)
+    stream = usable(source.chunks(chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
+    first = next(stream, None)
+    if first is None:
+        return {}
+    encoder = latent_encoder(cfg, vae, source.kind, first, spec)
+    encoded = encoder.stream(chain([first], stream))
+    try:
+        for _ in encoded:
+            pass
+    finally:  # on an error too: the decoding processes stop now, not at the interpreter's shutdown
+        encoded.close()
+        stream.close()
+    return {}
+
+
+def add_encoder_times(times: Timings, encoder) -> None:
+    """The encoder thread's stages; the first chunk apart: it holds the compiling, the rest is the encoder's pace."""
+    (_, first_s, _), *rest = encoder.chunks
+    times.add("encode: the first chunk's result (a thread)", first_s)
+    times.add("encode: the first result to the last (a thread)", sum(s for _, s, _ in rest))
+    # near the line above: the GPU was the limit; far below: the host was late queuing work or taking results
+    times.add("encode: waiting for the GPU (a thread)", sum(w for *_, w in rest))
+
+
+def _rank_device(cfg: ConvertConfig) -> str:
+    return ranks.rank_device(_device(cfg))
+
+
+def _device(cfg: ConvertConfig) -> str:
+    import torch
+
+    return cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,0 +1,71 @@
+"""What `dataprep convert` says about its output: the DatasetMeta its writers are given, and the manifest (schema in
+docs/DESIGN.md) that describes the converted samples, where they came from and every file written."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .convert_config import ConvertConfig
+from .digest import SampleDigest
+from .formats.base import DatasetMeta
+from .sources import AudioSpec, Chunk
+from .sources.images import RESIZE_METHOD
+
+
+def dataset_meta(source, chunk: Chunk, spec: AudioSpec, encoder=None) -> DatasetMeta:
+    """The writers' view of the dataset, from the source and its first (encoded, with --vae) chunk."""
+    kind = "latent" if encoder is not None else source.kind
+    rate = spec.sample_rate if kind == "audio" else None
+    return DatasetMeta(kind, tuple(chunk.x.shape[1:]), str(chunk.x.dtype), list(source.classes), rate)
+
+
+def recorded_command(cfg: ConvertConfig) -> str:
+    """The command line the manifest records: --command's, or this process's own."""
+    return cfg.command or " ".join([Path(sys.argv[0]).name] + sys.argv[1:])
+
+
+def build_manifest(
+    cfg: ConvertConfig,
+    source,
+    meta: DatasetMeta,
+    spec: AudioSpec,
+    digest: SampleDigest,
+    formats: dict,
+    skipped: list,
+    encoder=None,
+) -> dict:
+    """The manifest but its "timings" and "digest.fields", which come last (of the values as written)."""
+    manifest = {
+        "gpufeed_version": __version__,
+        "created": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "command": recorded_command(cfg),
+        "source": {"kind": source.name, "path": source.path, "split": cfg.split},
+        "kind": meta.kind,
+        "sample_shape": list(meta.sample_shape),
+        "dtype": meta.dtype,
+        "count": digest.count,
+        "classes": meta.classes,
+        "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
+        "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
+        "digest": digest.result(),
+        "schema": _schema(meta, source),
+        "formats": formats,
+        "skipped": skipped,
+    }
+    if encoder is not None:
+        manifest |= {"audio": None, "latent": encoder.describe()}
+    return manifest
+
+
+def _schema(meta: DatasetMeta, source) -> dict:
+    """What one sample holds; `txt` (a caption) only where the source had captions, kept by the stream format alone."""
+    schema = {"x": f"{meta.dtype} {list(meta.sample_shape)}", "y": "int64 index into classes"}
+    if meta.kind == "audio":
+        schema["length"] = "int64 valid samples before the zero padding"
+    if getattr(source, "captions", False):
+        schema["txt"] = "utf-8 caption (stored in the stream format's shards only)"
+    return schema
