@@ -13,7 +13,8 @@ import pytest
 import bench.fastest.probe_feed as probe
 from bench.fastest.choice import choose, latest_groups, measured_spread, pick
 from bench.grid.job import Job
-from bench.records.results import finalize, flat, load_records
+from bench.records.results import finalize, load_records
+from bench.records.rows import flat
 
 DIGEST = "ab" * 32
 
@@ -313,7 +314,7 @@ def test_verdict_names_a_host_that_falls_behind():
     """A run that is 92% of the data-free rate at 2.5% starvation, the host behind on every step (pin_memory off in
     finding 1): the verdict must say where the rest went; a fed run at 0% behind must not, nor a run whose starvation
     accounts for its shortfall."""
-    from bench.records.results import verdict
+    from bench.records.verdicts import verdict
 
     g = dict(model="tiny", device="cuda", starvation=0.025, vs_data_free=0.92, host_behind=1.0, samples_per_s=4600.0)
     assert "host fell behind the GPU on 100% of the steps (a synchronising copy" in verdict(g, [])
@@ -329,7 +330,7 @@ def test_verdict_names_a_host_that_falls_behind():
 def test_a_knob_helps_only_beyond_the_run_to_run_spread():
     """Finding 2: gpu 11,751-15,303 samples/s against hdf5 14,412-14,460; the medians differ by 7%, the repeats
     overlap: no knob is named. Against ranges that do not overlap it is."""
-    from bench.records.results import verdict
+    from bench.records.verdicts import verdict
 
     def cfg(backend: str, lo: float, hi: float) -> dict:
         rates = dict(samples_per_s=(lo + hi) / 2, samples_per_s_min=lo, samples_per_s_max=hi)

@@ -187,7 +187,7 @@ def test_a_gpu_cache_from_another_inductor_folder_says_how_to_keep_its_tuning(sa
     """Triton kernels restored from the artifacts look for their autotuning results where they were compiled: a GPU
     file saved under another local Inductor cache loads, and the note names that folder and the variable that
     avoids tuning again. A CPU file (no Triton autotuning) says nothing of it."""
-    from training.compile_cache import _inductor_dir
+    from training.torch_private import inductor_dir
 
     (source,) = saved[0].glob("probe-*.bin")
     header, payload = source.read_bytes().split(b"\n", 1)
@@ -199,8 +199,8 @@ def test_a_gpu_cache_from_another_inductor_folder_says_how_to_keep_its_tuning(sa
     tmp_path.mkdir(exist_ok=True)
     cache.path.write_bytes(json.dumps(header).encode() + b"\n" + payload)
     assert cache.load() and cache.note.startswith("loaded ")
-    assert _inductor_dir() != header["inductor_cache_dir"]
-    moved = f"compiled under {header['inductor_cache_dir']}, this run's Inductor cache is {_inductor_dir()}"
+    assert inductor_dir() != header["inductor_cache_dir"]
+    moved = f"compiled under {header['inductor_cache_dir']}, this run's Inductor cache is {inductor_dir()}"
     assert (moved in cache.note and f"TORCHINDUCTOR_CACHE_DIR={header['inductor_cache_dir']}" in cache.note) == gpu
 
 

@@ -1,5 +1,5 @@
 """Under DDP a rank waiting for another rank's input is starved too: the figures say which rank made the others wait
-and how much of the lost rate that explains (training.metrics.waited_on, bench.records.results.explained)."""
+and how much of the lost rate that explains (training.metrics.waited_on, bench.records.verdicts.explained)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 from ranks_helpers import TORCHRUN, Job
 
-from bench.records.results import explained
+from bench.records.verdicts import explained
 from training.metrics import waited_on
 
 

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from test_bench_fastest import write
 
 from bench.grid.monitor import ResourceMonitor
-from bench.records.results import group, verdict
+from bench.records.results import group
+from bench.records.verdicts import verdict
 from bench.report.answer import summarize
 from training.summary import lines, timed_steps
 

@@ -78,10 +78,11 @@ def scenario_rows(
     compile: bool,
     nproc: int = 1,
 ) -> list[dict]:
-    """Flat rows (bench.records.results.flat) of every grid in the directory, loader and data-free runs, for this
+    """Flat rows (bench.records.rows.flat) of every grid in the directory, loader and data-free runs, for this
     setting on this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
     from ..records.env import hardware
-    from ..records.results import flat, load_records
+    from ..records.results import load_records
+    from ..records.rows import flat
 
     here = hardware(device)  # as each result recorded where it ran
     cuda, gpu, cores = device.startswith("cuda"), here.get("gpu"), here["cpus_allowed"]
@@ -153,8 +154,8 @@ def fed(g: dict) -> bool:
 def pick(groups: list[dict], spread: float = DEFAULT_SPREAD, spread_from: str = "") -> tuple[dict, str]:
     """The winner and why, in words; `spread` (and where it came from) decides ties between single runs. A loader
     run faster than the data-free rate widens the spread to that gap: no loader can, so the rates vary that much."""
-    from ..records.results import impossible_gap
-    from ..records.results import label as _label
+    from ..records.verdicts import impossible_gap
+    from ..records.verdicts import label as _label
 
     gap = impossible_gap(groups)
     widened = gap > spread

@@ -14,9 +14,10 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from ..records.results import SCENARIO, flat, load_records
-from ..records.results import label as _label
+from ..records.results import load_records
+from ..records.rows import SCENARIO, flat
 from ..records.thresholds import BUSY
+from ..records.verdicts import label as _label
 from .tables import scenario_slug, scenario_title
 
 

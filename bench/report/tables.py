@@ -11,7 +11,8 @@ from pathlib import Path
 
 from dataprep.paths import RESULTS, inside
 
-from ..records.results import SCENARIO, finalize, flat, load_records
+from ..records.results import finalize, load_records
+from ..records.rows import SCENARIO, flat
 from .plots import plot_scenario
 from .scaling import scaling_section
 from .watched import watch_section

@@ -14,7 +14,8 @@ import tarfile
 from collections import defaultdict
 from pathlib import Path
 
-from ..records.results import attach_data_free, flat, group, load_records
+from ..records.results import attach_data_free, group, load_records
+from ..records.rows import flat
 from ..report.plots import COLORS
 
 

@@ -20,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..grid.crosscheck import GPU_CATS, load_trace
-from ..records.results import flat, load_records
+from ..records.results import load_records
+from ..records.rows import flat
 
 
 def rows(results: Path) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Watch figures in words, with the thresholds `bench loaders` uses (bench/records/results.py): input-bound above 5%
+"""Watch figures in words, with the thresholds `bench loaders` uses (bench/records/verdicts.py): input-bound above 5%
 of the time waiting for input, highly above 20%; a host that lets the GPU drain before it even asks for the next batch
 is named, with the usual causes, since no loader can fix that."""
 
