@@ -43,7 +43,7 @@ def sd_vae(tmp_path_factory):
 
 
 def convert(nproc: int, cifar: Path, vae: Path, out: Path) -> tuple[dict, float, str]:
-    """(manifest, wall seconds, stderr) of the issue's command on `nproc` GPUs (one plain process for 1)."""
+    """(manifest, wall seconds, stderr) of `dataprep convert --vae` on `nproc` GPUs (one plain process for 1)."""
     args = [
         "-m",
         "dataprep",
@@ -80,7 +80,7 @@ def one_gpu(cifar_jpg_root, sd_vae, tmp_path_factory):
 
 @pytest.mark.parametrize("nproc", [2, 4])
 def test_convert_vae_on_several_gpus_writes_what_one_gpu_writes(cifar_jpg_root, sd_vae, one_gpu, tmp_path, nproc):
-    """The issue's command (CIFAR-10 at 256 px, the SD-shaped VAE, batch 64): every rank on its own GPU (no NCCL
+    """The conversion of CIFAR-10 to latents (256 px, the SD-shaped VAE, batch 64): every rank on its own GPU (no NCCL
     "Duplicate GPU"), every batch shape captured as a CUDA graph (no "encoding them eagerly"), the same dataset as
     one GPU's (equal digests), and faster: the encoding pace and the wall time against one GPU's are reported."""
     needs(nproc)

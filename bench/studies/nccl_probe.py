@@ -6,7 +6,9 @@ with the backward. Run under torchrun on a GPU host:
 Per size (1 MB, one 25 MB DDP bucket, the whole fp32 gradient of `--model`, and that in bf16): the median of 20
 timed all-reduces after 5 untimed, in ms, and the bandwidths nccl-tests reports (algbw = bytes / time; busbw = algbw
 x 2(n-1)/n, comparable across rank counts). Also what `--grad-sync flat` adds around its all-reduce: the copy of every
-gradient into one buffer and back. NCCL_DEBUG=INFO prints which transport each channel took (P2P over NVLink, SHM)."""
+gradient into one buffer and back, from the first launch to the last kernel's end, so the host's time to launch them
+from Python is in it (in a training step the host runs ahead and the GPU pays less of it). NCCL_DEBUG=INFO prints
+which transport each channel took (P2P over NVLink, SHM)."""
 
 from __future__ import annotations
 

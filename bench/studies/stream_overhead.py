@@ -9,10 +9,11 @@ epoch 2 (from the cache), batch 128, shuffled, no model. The two sides do the sa
 - `gpufeed`: `build_loader("stream", "s3://...")`, which adds the manifest, the sha256 check of every shard as it
   arrives, the bounded cache, the per-epoch order and resume bookkeeping.
 
-Rounds alternate which side runs first so drift on a shared machine hits both alike; the answer is gpufeed's rate as
-a share of LitData's, per worker count and epoch, over the rounds.
+Rounds alternate which side runs first so drift on a shared machine, and the server's memory of what it served last,
+hit both alike; the answer is gpufeed's rate as a share of LitData's, per worker count and epoch, over an even number
+of rounds.
 
-    python -m bench.studies.stream_overhead --out bench/results/stream_overhead_cpu.json --images 20000"""
+    python -m bench.studies.stream_overhead --out bench/results/stream_overhead_cpu.json --images 20000 --rounds 8"""
 
 from __future__ import annotations
 
@@ -92,7 +93,9 @@ def one_run(side: str, workers: int) -> dict:
 
 
 def shares(runs: list[dict]) -> dict:
-    """gpufeed's rate / LitData's, per worker count and epoch: the median over rounds, and each round's."""
+    """gpufeed's rate / LitData's, per worker count and epoch: each round's, their median, and their geometric mean.
+    The second process of a pair tends to be faster (the server has the shards in memory), so rounds alternate which
+    side goes first and the geometric mean over an even number of rounds cancels that."""
     out = {}
     for w in sorted({r["workers"] for r in runs}):
         for e in ("epoch1", "epoch2"):
@@ -100,11 +103,17 @@ def shares(runs: list[dict]) -> dict:
             for r in (r for r in runs if r["workers"] == w):
                 by_round.setdefault(r["round"], {})[r["side"]] = r[e]["samples_per_s"]
             ratios = [v["gpufeed"] / v["litdata"] for v in by_round.values() if len(v) == 2]
-            out[f"workers{w}-{e}"] = {"median": statistics.median(ratios), "rounds": ratios}
+            out[f"workers{w}-{e}"] = {
+                "geomean": statistics.geometric_mean(ratios),
+                "median": statistics.median(ratios),
+                "rounds": ratios,
+            }
     return out
 
 
 def run_study(a) -> dict:
+    from importlib.metadata import version
+
     from bench.objectstore.seaweed import SeaweedServer
     from bench.records.env import run_record
 
@@ -132,6 +141,7 @@ def run_study(a) -> dict:
         "batch_size": 128,
         "runs": runs,
         "gpufeed_over_litdata": shares(runs),
+        "litdata": version("litdata"),
         "environment": run_record("cpu"),
         "command": " ".join(sys.argv),
     }
@@ -142,7 +152,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--images", type=int, default=20000, help="synthetic 32x32 images in the bucket")
     p.add_argument("--workers", default="0,2")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=8, help="even: each side goes first in half of them")
     p.add_argument("--one", help=argparse.SUPPRESS)  # JSON of one run, in a fresh process
     a = p.parse_args()
     if a.one:
