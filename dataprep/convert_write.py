@@ -25,7 +25,7 @@ def write_all(
     the sample digest runs in a thread beside the writes (hashlib releases the GIL)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    encoders = {n: w.encoder() for n, w in writers.items() if w.encoder() is not None}
+    encoders = {n: e for n, w in writers.items() if (e := w.encoder()) is not None}
     blocks = _blocks(chunks, meta)
     with ThreadPoolExecutor(1, thread_name_prefix="digest") as hashing:  # one thread: the chunks are hashed in order
         hashed = []
