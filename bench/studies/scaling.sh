@@ -13,8 +13,9 @@
 #                                         # loaders at 2 cores per rank and with every core shared
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts; the order that fits three calls there:
 #   prep nccl weak candidates bucket loaders | gputest loaders traces dit strong | dit strong cores
-# or any steps by name: prep weak candidates gputest dit traces loaders cores strong bucket nccl summary. Each call first
-# resumes what an earlier one left (a finished grid is skipped in seconds).
+# or any steps by name: prep weak candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
+# Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
+# missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
 #
 # Everything goes to $GPUFEED_RESULTS (default /tmp/gpufeed-scaling): one directory per grid (bench's raw JSON per
@@ -34,6 +35,7 @@ D=${GPUFEED_DATA:-/tmp/gpufeed-scaling-data}
 MINUTES=${GPUFEED_MINUTES:-8.5}  # of the 10 a command may run: the archive and a run that overran its estimate
 STEPS=${SCALING_STEPS:-100}   # measured steps per run: 2 s of ddpm_cifar10 at ~20 ms a step
 WARMUP=${SCALING_WARMUP:-30}  # left out: compile, CUDA-graph capture (cudagraph trees record on the 2nd-3rd call)
+REPEATS=${SCALING_REPEATS:-1} # fresh processes per configuration; a later call with more resumes the missing ones
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
 export GPUFEED_COMPILE_CACHE=${GPUFEED_COMPILE_CACHE:-/tmp/gpufeed-compile}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -88,7 +90,7 @@ grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, 
   enough 0.8 || { echo "$name: NOT complete (no minutes left in this call)"; return; }
   log=$(mktemp)
   $PY -m bench loaders --data "$data" --device $DEV $COMPILE --precision bf16 --steps "$STEPS" --timing-warmup "$WARMUP" \
-    --repeats 1 --resume --no-progress --time-limit "$(left)" --out "$R/$name" "$@" 2>&1 | tee "$log" \
+    --repeats "$REPEATS" --resume --no-progress --time-limit "$(left)" --out "$R/$name" "$@" 2>&1 | tee "$log" \
     || status=$?
   cat "$log" >> "$R/$name.log"
   grep -q "not started" "$log" && status=1  # bench: "time limit: N runs not started"
@@ -154,6 +156,7 @@ traces() {
   profiled ddp-np1 1 ddp
   profiled ddp-np$TOP "$TOP" ddp
 }
+flattrace() { profiled flat-np$TOP "$TOP" flat; }
 
 loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
   # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
@@ -186,8 +189,8 @@ for STEP in "$@"; do
   case $STEP in
     call1) prep; nccl; weak; candidates; loaders ;;
     call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
-    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; profiled flat-np$TOP "$TOP" flat; bucket; cores ;;
-    prep|weak|candidates|dit|gputest|traces|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
+    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; flattrace; bucket; cores ;;
+    prep|weak|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac
