@@ -3,6 +3,7 @@ data's manifest), and the answer it prints after the grid: each refusal a click.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -54,6 +55,16 @@ def parse_pins(value: str) -> tuple[bool, ...]:
 
 # s3:// data: the loaders that read object storage (none: the model's data-free rate)
 REMOTE_BACKENDS = ("stream", "none")
+
+
+def check_cpus(cpus: int | None) -> int:
+    """The cores this process may use; --cpus asking for more is refused."""
+    allowed = len(os.sched_getaffinity(0))
+    if cpus and cpus > allowed:
+        raise click.BadParameter(
+            f"{cpus} cores asked, {allowed} available here; use --cpus {allowed} or fewer", param_hint="--cpus"
+        )
+    return allowed
 
 
 def check_ranks(nprocs: tuple[int, ...], cpus, allowed: int, device: str, global_batch, ctx) -> None:

@@ -54,12 +54,12 @@ class FfcvLoader(Loader):
         from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
         from ffcv.transforms import Squeeze, ToDevice, ToTensor
 
-        from dataprep.formats.ffcv import field_names
+        from dataprep.formats.ffcv_layout import field_names
 
         device = torch.device(self.opts.device)
         to_dev = [ToDevice(device, non_blocking=True)] if device.type == "cuda" else []
         label = [IntDecoder(), ToTensor(), Squeeze(), *to_dev]
-        # latents: int16 bit patterns of float16 (dataprep.formats.ffcv.stored_dtype)
+        # latents: int16 bit patterns of float16 (dataprep.formats.ffcv_layout.stored_dtype)
         data = SimpleRGBImageDecoder() if self.kind == "image" else NDArrayDecoder()
         sample, labels, *rest = field_names(self.kind)  # audio's `length` is not read
         return {sample: [data, ToTensor(), *to_dev], labels: label, **dict.fromkeys(rest)}
@@ -68,7 +68,7 @@ class FfcvLoader(Loader):
         from ffcv.loader import Loader as FfLoader
         from ffcv.loader import OrderOption
 
-        from dataprep.formats.ffcv import data_file
+        from dataprep.formats.ffcv_layout import data_file
 
         o = self.opts
         # SEQUENTIAL traversal returns the indices we give it as they are: our shuffled shard order, exactly

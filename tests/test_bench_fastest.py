@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import bench.fastest.probe_feed as probe
 from bench.fastest.choice import choose, latest_groups, measured_spread, pick
+from bench.fastest.probe_plan import ProbeConfig
 from bench.grid.job import Job
 from bench.records.results import finalize, load_records
 from bench.records.rows import flat
@@ -228,8 +228,8 @@ def test_when_everything_starves_the_fastest_is_taken_and_the_reason_says_so(dat
 def test_no_results_measures_in_process_first(small_data, monkeypatch):
     """With no results, the probe measures in this process: the data-free rate twice, ceilings (hdf5 and gpu here), the
     pick confirmed in the training loop; it writes bench records to DATA/.gpufeed-bench that a second call reads."""
-    quick = probe.ProbeConfig(segment_s=0.0, min_steps=2, warmup=1, loader_warmup=1, workers_cpu=(0,))
-    monkeypatch.setattr(probe.ProbeConfig, "for_device", classmethod(lambda cls, device: quick))
+    quick = ProbeConfig(segment_s=0.0, min_steps=2, warmup=1, loader_warmup=1, workers_cpu=(0,))
+    monkeypatch.setattr(ProbeConfig, "for_device", classmethod(lambda cls, device: quick))
     monkeypatch.delenv("GPUFEED_BENCH_RESULTS", raising=False)
     c = choose(small_data, device="cpu", model="tiny", batch_size=16, precision="fp32")  # fp32: quicker CPU steps
     assert c.backend in ("hdf5", "gpu") and "measured in this process first" in c.reason

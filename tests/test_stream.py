@@ -214,7 +214,7 @@ def test_ddp_ranks_get_equal_batches_and_disjoint_samples(remote, tmp_path):
 def test_bench_and_fastest_consider_the_stream_backend():
     """`bench loaders` expands stream configurations, and `--loader fastest`'s probe lists stream candidates for data
     that has the stream format (and none for data without it)."""
-    from bench.fastest.probe_feed import ProbeConfig, candidates
+    from bench.fastest.probe_plan import ProbeConfig, candidates
     from bench.grid.job import BACKEND_NAMES, collapse
 
     assert "stream" in BACKEND_NAMES and collapse("stream", 2, True, "cuda") == (2, True)

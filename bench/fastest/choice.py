@@ -35,7 +35,7 @@ from pathlib import Path
 from dataprep.paths import inside
 from dataprep.text import printable
 
-from .probe_feed import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
+from .probe_plan import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
 # the spread when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
 DEFAULT_SPREAD = 0.01

@@ -19,7 +19,8 @@ from pathlib import Path
 from ..grid.job import Job
 from ..records.env import hardware, run_record, write_json_atomic
 from ..records.results import finalize
-from .probe_feed import Feed, Probe, ProbeConfig, ProbeDone
+from .probe_feed import Feed, Probe, ProbeDone
+from .probe_plan import ProbeConfig
 
 
 def job_of(data: Path, key: dict, grid: str, **kind):

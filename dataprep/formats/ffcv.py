@@ -1,7 +1,4 @@
-"""FFCV (`data.beton`): fields `image` (RGBImageField, write_mode="raw": the decoded uint8 pixels, no JPEG) or
-`audio` (NDArrayField float32, sample_shape) or `latent` (NDArrayField int16, sample_shape: the float16 values' bit
-patterns, since FFCV's numba-compiled loader has no float16 type; `stored_dtype`), `label` (IntField) and, for audio,
-`length` (IntField).
+"""FFCV (`data.beton`, its fields in ffcv_layout.py): the writer, and the reader through FFCV's own Loader.
 
 FFCV's writer wants random access (`dataset[i]`) from worker processes, but our sources stream. The writer stages
 the samples as fixed-size records in a scratch file inside the temporary conversion directory and serves FFCV from
@@ -20,22 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from ..parallel import die_with_parent, exit_when_gone
-from ..paths import inside, require_regular
+from ..paths import require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
+from .ffcv_layout import FILENAME, data_file, field_names, fields, stored_dtype
 
-FILENAME = "data.beton"
 STAGING = "ffcv-staging.bin"
 WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: small enough to balance two workers
-
-
-def stored_dtype(dtype: str) -> np.dtype:
-    """What the .beton holds for samples of `dtype`: float16 as its int16 bit patterns (read back with .view)."""
-    return np.dtype("int16") if dtype == "float16" else np.dtype(dtype)
-
-
-def field_names(kind: str) -> tuple[str, ...]:
-    return {"image": ("image", "label"), "latent": ("latent", "label")}.get(kind, ("audio", "label", "length"))
 
 
 class StagedRecords:
@@ -89,24 +77,13 @@ def _ffcv_progress(show: bool):
         ffcv.writer.tqdm = saved
 
 
-def _fields(meta: DatasetMeta) -> dict:
-    from ffcv.fields import IntField, NDArrayField, RGBImageField
-
-    if meta.kind == "image":
-        return {"image": RGBImageField(write_mode="raw"), "label": IntField()}
-    data = NDArrayField(dtype=stored_dtype(meta.dtype), shape=tuple(meta.sample_shape))
-    if meta.kind == "latent":
-        return {"latent": data, "label": IntField()}
-    return {"audio": data, "label": IntField(), "length": IntField()}
-
-
 def write_beton(path: Path, records: StagedRecords, workers: int, progress: bool) -> None:
     """FFCV's own writer over the staged records; a failing writer process is an error, not a hang (see _guarded)."""
     import multiprocessing as mp
 
     from ffcv.writer import DatasetWriter
 
-    writer = DatasetWriter(str(path), _fields(records.meta), num_workers=max(1, workers))
+    writer = DatasetWriter(str(path), fields(records.meta), num_workers=max(1, workers))
     errors = mp.get_context("fork").SimpleQueue()  # FFCV forks its writer processes; they inherit the queue
     with _ffcv_progress(progress), _watch(errors, writer):
         if hasattr(writer, "_write_common"):  # ffcv 1.0.x: feed work as spans, see _Span
@@ -272,11 +249,6 @@ class FfcvWriter(FormatWriter):
     def abort(self) -> None:
         self._f.close()
         self._helper.close()
-
-
-def data_file(data_dir: Path) -> Path:
-    """DIR/data.beton, once it is known not to lead out of DIR (a symbolic link): what every reader opens."""
-    return inside(data_dir, FILENAME, source=data_dir)
 
 
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:

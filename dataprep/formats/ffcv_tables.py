@@ -1,4 +1,4 @@
-"""The open check of a `.beton` (dataprep/formats/ffcv.py): FFCV's header, field table, per-sample metadata and
+"""The open check of a `.beton` (its layout: ffcv_layout.py): FFCV's header, field table, per-sample metadata and
 allocation table against the manifest, so that every pointer a decoder will follow lands inside the file. Without it
 a truncated or doctored file surfaces as FFCV's `ValueError: negative dimensions are not allowed`, or as reads out of
 bounds."""
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..paths import require_regular
-from .ffcv import data_file, field_names
+from .ffcv_layout import data_file, field_names
 
 RAW = 1  # FFCV's IMAGE_MODES["raw"]: dataprep writes decoded pixels, never JPEG
 
