@@ -12,8 +12,9 @@ of its own and the all-reduces run eagerly between them. The choices:
 - `ddp-bucket100`: DDP with 100 MB buckets whose gradients are views into them (`gradient_as_bucket_view`): fewer
   pieces, no copy of each gradient into its bucket.
 - `flat`: no DDP wrapper. The model compiles as on one GPU; after the backward, every gradient is copied into one flat
-  buffer, divided by the number of ranks and all-reduced once, then copied back. The same arithmetic as DDP's
-  (each gradient divided, then summed over ranks), in one collective.
+  buffer, divided by the number of ranks and all-reduced once; the gradients then become views into that buffer
+  (copying them back launched a copy per gradient: 254 device-to-device copies a step in a `ddpm_cifar10` trace).
+  The same arithmetic as DDP's (each gradient divided, then summed over ranks), in one collective.
 
 Each gives the same losses as `ddp` to rounding (tests/test_grad_sync.py, over gloo); which is fastest is measured on
 GPUs (bench/studies/scaling.sh)."""
@@ -70,10 +71,12 @@ class FlatAllReduce:
             flat = self.buffers.get(dtype)
             if flat is None or flat.numel() != n:
                 flat = self.buffers[dtype] = torch.empty(n, dtype=dtype, device=grads[0].device)
-            torch.cat([g.reshape(-1) for g in grads], out=flat)
+            if not all(g._base is flat for g in grads):  # unless zero_grad kept last step's views and backward added
+                torch.cat([g.reshape(-1) for g in grads], out=flat)  # into them: the gradients are in place already
             flat.div_(self.world_size)  # before the sum, as DDP divides each bucket
             dist.all_reduce(flat)
-            torch._foreach_copy_(grads, _views(flat, grads))
+            for p, view in zip(params, _views(flat, grads)):
+                p.grad = view
 
 
 def _by_dtype(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tensor]]:
