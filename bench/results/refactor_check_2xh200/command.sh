@@ -3,7 +3,8 @@
 # ddpm_cifar10 b128 bf16 on GPU 0. Each tree's compile cache is filled first (three runs side by side, the local
 # Inductor cache shared, so no cold compile is timed), then warm starts from the compile cache alone (an empty local
 # Inductor folder each), alternated over two rounds: this tree, 73627c8, this tree with --compile-traced-program.
-# Everything to $OUT/check42.tgz.
+# Everything to $OUT/check42.tgz. The older tree travels as .devres/before42.tar (made before the call with
+# `git archive -o .devres/before42.tar 73627c8`, then carried).
 set -u
 OUT=${OUT:-/tmp/out}; W=/tmp/check42; mkdir -p "$OUT" "$W"
 [ -d /tmp/before/training ] || { mkdir -p /tmp/before && tar -xf .devres/before42.tar -C /tmp/before; }
