@@ -4,6 +4,7 @@ on the loopback would (a round trip gains twice the delay). For machines where `
 CAP_NET_ADMIN). It runs in a process of its own, so its work does not compete with the measured process's GIL.
 
     link = ShapedLink(target_port, rate_bytes_s=100e6, delay_s=0.010).start()   # link.port: point clients there
+    link.bytes_down                                                                # what reached the clients so far
     link.stop()"""
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ PIECE = 256 << 10  # bytes read at a time: large enough that 1 GB/s is ~4,000 pi
 
 
 class Bucket:
-    """A virtual clock of the link: each piece moves it on by len/rate; a piece leaves when the clock says."""
+    """A virtual clock of the link: each piece moves it on by len/rate; a piece leaves when the clock says. `moved`
+    (shared with the process that started the link) counts the bytes let through."""
 
-    def __init__(self, rate: float | None) -> None:
-        self.rate, self.clock = rate, 0.0
+    def __init__(self, rate: float | None, moved) -> None:
+        self.rate, self.clock, self.moved = rate, 0.0, moved
 
     async def take(self, n: int) -> None:
+        self.moved.value += n
         if not self.rate:
             return
         loop = asyncio.get_running_loop()
@@ -57,8 +60,8 @@ async def pipe(reader, writer, delay: float, bucket: Bucket | None) -> None:
         writer.close()
 
 
-async def serve(listen: socket.socket, target_port: int, rate: float | None, delay: float) -> None:
-    bucket = Bucket(rate)
+async def serve(listen: socket.socket, target_port: int, rate: float | None, delay: float, moved) -> None:
+    bucket = Bucket(rate, moved)
 
     async def handle(reader, writer) -> None:
         try:
@@ -73,10 +76,10 @@ async def serve(listen: socket.socket, target_port: int, rate: float | None, del
         await server.serve_forever()
 
 
-def _run(listen: socket.socket, target_port: int, rate: float | None, delay: float, cpus) -> None:
+def _run(listen: socket.socket, target_port: int, rate: float | None, delay: float, cpus, moved) -> None:
     if cpus:  # off the measured process's cores (a fork inherits its pinning)
         os.sched_setaffinity(0, cpus)
-    asyncio.run(serve(listen, target_port, rate, delay))
+    asyncio.run(serve(listen, target_port, rate, delay, moved))
 
 
 class ShapedLink:
@@ -84,6 +87,7 @@ class ShapedLink:
         self.target_port, self.rate, self.delay, self.cpus = target_port, rate_bytes_s, delay_s, cpus
         self.process: mp.Process | None = None
         self.port = 0
+        self._moved = mp.get_context("fork").Value("q", 0, lock=False)  # written by the link's process alone
 
     def start(self) -> ShapedLink:
         listen = socket.socket()
@@ -93,11 +97,16 @@ class ShapedLink:
         self.port = listen.getsockname()[1]
         ctx = mp.get_context("fork")  # the listening socket is inherited as it is
         self.process = ctx.Process(
-            target=_run, args=(listen, self.target_port, self.rate, self.delay, self.cpus), daemon=True
+            target=_run, args=(listen, self.target_port, self.rate, self.delay, self.cpus, self._moved), daemon=True
         )
         self.process.start()
         listen.close()
         return self
+
+    @property
+    def bytes_down(self) -> int:
+        """Bytes the link has carried from the store to its clients (every connection, since start)."""
+        return self._moved.value
 
     def stop(self) -> None:
         if self.process is not None:

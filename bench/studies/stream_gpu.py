@@ -118,6 +118,9 @@ def cell(job: dict) -> dict:
         n = len(loader)
         result = run_model(loader, job, 2 * n) if job["model"] != "none" else run_alone(loader, 2 * n)
         loader.close()
+        result["link_bytes"] = link.bytes_down  # about 2x shard_bytes: epoch 2 read the store again, not its cache
+        manifest = json.loads((Path(job["local_manifest"]) / "manifest.json").read_text())
+        result["shard_bytes"] = sum(f["bytes"] for f in manifest["formats"]["stream"]["files"])
     finally:
         link.stop()
     timer = result.pop("timer")
