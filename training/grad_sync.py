@@ -53,7 +53,12 @@ class FlatAllReduce:
     def __init__(self, model: torch.nn.Module, world_size: int) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.world_size = world_size
-        self.buffers: dict[torch.dtype, torch.Tensor] = {}
+        self.groups = _by_dtype(self.params)
+        # one buffer per dtype and its views, made once: the step hands the views back as the gradients
+        self.buffers = {
+            d: torch.empty(sum(p.numel() for p in ps), dtype=d, device=ps[0].device) for d, ps in self.groups.items()
+        }
+        self.views = {d: _views(self.buffers[d], ps) for d, ps in self.groups.items()}
         with torch.no_grad():
             for group in _by_dtype([*model.parameters(), *model.buffers()]).values():
                 flat = torch.cat([t.reshape(-1) for t in group])
@@ -65,17 +70,14 @@ class FlatAllReduce:
         for p in self.params:
             if p.grad is None:  # unused this step: DDP's bucket holds zeros for it too
                 p.grad = torch.zeros_like(p)
-        for dtype, params in _by_dtype(self.params).items():
+        for dtype, params in self.groups.items():
+            flat, views = self.buffers[dtype], self.views[dtype]
             grads = [p.grad for p in params]
-            n = sum(g.numel() for g in grads)
-            flat = self.buffers.get(dtype)
-            if flat is None or flat.numel() != n:
-                flat = self.buffers[dtype] = torch.empty(n, dtype=dtype, device=grads[0].device)
-            if not all(g._base is flat for g in grads):  # unless zero_grad kept last step's views and backward added
+            if not all(g is v for g, v in zip(grads, views)):  # unless zero_grad kept the views and backward added
                 torch.cat([g.reshape(-1) for g in grads], out=flat)  # into them: the gradients are in place already
             flat.div_(self.world_size)  # before the sum, as DDP divides each bucket
             dist.all_reduce(flat)
-            for p, view in zip(params, _views(flat, grads)):
+            for p, view in zip(params, views):
                 p.grad = view
 
 
