@@ -77,26 +77,34 @@ def test_every_way_trains_as_ddp_does(synthetic_images, image_vae, tmp_path, mod
 def test_flat_leaves_the_averaged_gradients_in_one_buffer(tmp_path, set_to_none):
     """`flat` hands back views into its all-reduced buffer instead of copying into each gradient; with
     zero_grad(set_to_none=False) the backward adds into those views and the next sync finds them in place. Either way
-    every step's gradients are what a plain backward gives (one rank: the average of one)."""
+    every step's gradients are what a plain backward gives (one rank: the average of one), laid out as their
+    parameters (a channels_last convolution, as on CUDA), so the fused optimizer takes them."""
     import torch
     import torch.distributed as dist
+
+    def net() -> torch.nn.Module:
+        conv = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+        return conv.to(memory_format=torch.channels_last)
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
-        plain = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        model, plain = net(), net()
         plain.load_state_dict(model.state_dict())
         sync = grad_sync.FlatAllReduce(model, world_size=1)
+        optimizer = torch.optim.Adam(model.parameters(), fused=True)
         for step in range(3):
-            x = torch.randn(5, 4, generator=torch.Generator().manual_seed(step))
+            x = torch.randn(5, 2, 4, 4, generator=torch.Generator().manual_seed(step))
             for m in (model, plain):
                 m.zero_grad(set_to_none=set_to_none)
                 m(x).square().sum().backward()
             sync()
             flat = sync.buffers[torch.float32]
             for p, q in zip(model.parameters(), plain.parameters()):
-                assert p.grad._base is flat
+                assert p.grad.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+                assert p.grad.stride() == p.stride()
                 torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=0)
+            optimizer.step()
+            plain.load_state_dict(model.state_dict())
     finally:
         dist.destroy_process_group()

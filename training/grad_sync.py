@@ -14,7 +14,9 @@ of its own and the all-reduces run eagerly between them. The choices:
 - `flat`: no DDP wrapper. The model compiles as on one GPU; after the backward, every gradient is copied into one flat
   buffer, divided by the number of ranks and all-reduced once; the gradients then become views into that buffer
   (copying them back launched a copy per gradient: 254 device-to-device copies a step in a `ddpm_cifar10` trace).
-  The same arithmetic as DDP's (each gradient divided, then summed over ranks), in one collective.
+  Each view has its parameter's strides (channels_last convolutions included): the fused optimizer needs a gradient
+  laid out as its parameter. The same arithmetic as DDP's (each gradient divided, then summed over ranks), in one
+  collective.
 
 Each gives the same losses as `ddp` to rounding (tests/test_grad_sync.py, over gloo); which is fastest is measured on
 GPUs (bench/studies/scaling.sh)."""
@@ -58,7 +60,7 @@ class FlatAllReduce:
         self.buffers = {
             d: torch.empty(sum(p.numel() for p in ps), dtype=d, device=ps[0].device) for d, ps in self.groups.items()
         }
-        self.views = {d: _views(self.buffers[d], ps) for d, ps in self.groups.items()}
+        self.views = {d: _strided_views(self.buffers[d], ps) for d, ps in self.groups.items()}
         with torch.no_grad():
             for group in _by_dtype([*model.parameters(), *model.buffers()]).values():
                 flat = torch.cat([t.reshape(-1) for t in group])
@@ -74,7 +76,7 @@ class FlatAllReduce:
             flat, views = self.buffers[dtype], self.views[dtype]
             grads = [p.grad for p in params]
             if not all(g is v for g, v in zip(grads, views)):  # unless zero_grad kept the views and backward added
-                torch.cat([g.reshape(-1) for g in grads], out=flat)  # into them: the gradients are in place already
+                torch._foreach_copy_(views, grads)  # into them: the gradients are in place already
             flat.div_(self.world_size)  # before the sum, as DDP divides each bucket
             dist.all_reduce(flat)
             for p, view in zip(params, views):
@@ -90,3 +92,29 @@ def _by_dtype(tensors: list[torch.Tensor]) -> dict[torch.dtype, list[torch.Tenso
 
 def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
     return [v.view_as(t) for v, t in zip(flat.split([t.numel() for t in like]), like)]
+
+
+def _strided_views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Consecutive pieces of `flat` with each tensor's shape and strides: a dense tensor in any memory format (a
+    channels_last convolution's weight) fills exactly its numel elements."""
+    views, offset = [], 0
+    for t in like:
+        if not _dense(t):
+            raise ValueError(
+                f"flat gradient sync needs dense parameters; one of shape {tuple(t.shape)} has strides "
+                f"{t.stride()}: use --grad-sync ddp"
+            )
+        views.append(flat.as_strided(t.shape, t.stride(), flat.storage_offset() + offset))
+        offset += t.numel()
+    return views
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """True when `t`'s elements fill one block of memory without gaps or overlap, whatever the order of its dims."""
+    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True

@@ -13,7 +13,7 @@
 #                                         # loaders at 2 cores per rank and with every core shared
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts; the order that fits three calls there:
 #   prep nccl weak candidates bucket loaders | gputest loaders traces dit strong | dit strong cores
-# or any steps by name: prep weak candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
+# or any steps by name: prep weak flat candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
 # Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
 # missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -44,7 +44,7 @@ PY=${PY:-python3}
 # the models and sizes of the finding; SCALING_DRY=1 runs the same steps on the CPU in a few minutes (gloo, 2 ranks,
 # the tiny presets, a few steps), to try the script where there is no GPU
 DEV=cuda COMPILE=--compile M_CIFAR=ddpm_cifar10 B_CIFAR=128 M_DIT=dit_b2 B_DIT=256 GLOBAL=512 CPUS=4 WORKERS=3
-LIMIT=() GPUS=
+LIMIT=(${SCALING_LIMIT:+--limit "$SCALING_LIMIT"}) GPUS=  # SCALING_LIMIT=4096: a quicker prep, for data-free grids
 if [ "${SCALING_DRY:-0}" = 1 ]; then
   DEV=cpu COMPILE=--no-compile M_CIFAR=tiny B_CIFAR=8 M_DIT=dit_tiny B_DIT=8 GLOBAL=32 CPUS=1 WORKERS=0 GPUS=2
   STEPS=3 WARMUP=1 LIMIT=(--limit 512)
@@ -101,8 +101,9 @@ CIFAR=(--model $M_CIFAR --batch-size $B_CIFAR --backends none)
 weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
   grid weak-ddp "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL"
 }
+flat() { grid weak-flat "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync flat; }
 candidates() {  # the ways that keep the compiled step whole: one flat all-reduce; DDP without Dynamo's split
-  grid weak-flat "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync flat
+  flat
   grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-nosplit
 }
 bucket() {
@@ -190,7 +191,7 @@ for STEP in "$@"; do
     call1) prep; nccl; weak; candidates; loaders ;;
     call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
     call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; flattrace; bucket; cores ;;
-    prep|weak|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
+    prep|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac
