@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Finding 7 of docs/BENCHMARKS.md: several GPUs of one host (4; a 2-GPU host runs the 1- and 2-GPU parts), in calls of
-# at most 9 minutes of wall time. Run the three calls back to back on one warm machine: the torch.compile caches and
-# the results live in /tmp there, and the later calls resume what the earlier ones measured.
+# at most 9 minutes of wall time. Run the calls back to back on one warm machine: the torch.compile caches and the
+# results live in /tmp there, and the later calls resume what the earlier ones measured. On a fresh 4-H200 host every
+# new run shape compiled for 2-3 minutes (the first 4-rank run too, with its kernels found in the caches), so a call
+# fits about three new shapes; with a carried compile cache (below) they start in under a minute.
 #
-#   bash bench/studies/scaling.sh call1   # ~9 min on a fresh host: prep, one all-reduce alone, ddpm_cifar10 b128
-#                                         # data-free at 1/2/4 GPUs with today's DDP, --grad-sync flat at 2/4 and
-#                                         # ddp-nosplit at 4, the gpu, hdf5 and torch loaders at 4 cores per rank
-#   bash bench/studies/scaling.sh call2   # ~9 min: the GPU tests (convert --vae on 2 and 4 GPUs against one, a
-#                                         # rank killed under NCCL), dit_b2 b256 on synthetic latents (1/4 DDP, 4
-#                                         # flat), profiler traces of 1 and 4 ranks (DDP), strong scaling at 512
-#   bash bench/studies/scaling.sh call3   # what the first two left, a trace of flat on 4, ddp-bucket100 on 4, the
+#   bash bench/studies/scaling.sh call1   # prep, one all-reduce alone, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
+#                                         # with today's DDP (~8 min fresh)
+#   bash bench/studies/scaling.sh call2   # --grad-sync flat at 2/4 and ddp-nosplit at 4, the gpu, hdf5 and torch
+#                                         # loaders at 4 cores per rank, the GPU tests (convert --vae on 2 and 4 GPUs
+#                                         # against one, a rank killed under NCCL)
+#   bash bench/studies/scaling.sh call3   # dit_b2 b256 on synthetic latents (1/4 DDP, 4 flat), profiler traces of 1
+#                                         # and 4 ranks (DDP, flat), strong scaling at 512, ddp-bucket100 on 4, the
 #                                         # loaders at 2 cores per rank and with every core shared
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts; the order that fits three calls there:
 #   prep nccl weak candidates bucket loaders | gputest loaders traces dit strong | dit strong cores
@@ -26,7 +28,7 @@
 #
 # Carry, on every call (a machine that went cold between calls starts over from them): .devdata/cifar10-jpg.tar.gz
 # (the CIFAR-10 JPEGs, 20 MB) and .whl/ (the diffusers and importlib_metadata wheels, 6 MB: the convert --vae test and
-# the synthetic latents need diffusers).
+# the synthetic latents need diffusers); and .devdata/compile.tgz, the last call's compile cache, where there is one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -59,9 +61,22 @@ TOP=$( [ "$GPUS" -ge 4 ] && echo 4 || echo 2 )
 left() { $PY -c "print(f'{$MINUTES - ($(date +%s) - $START) / 60 - 0.3:.2f}')"; }  # minutes, less the archive's
 enough() { $PY -c "import sys; sys.exit(float('$(left)') < ${1:-1.0})"; }
 archive() { tar czf "$OUT/.scaling.tgz" -C "$R" . 2>/dev/null && mv "$OUT/.scaling.tgz" "$OUT/scaling.tgz"; }
+# A fresh 4-GPU host spends 2-3 minutes compiling each new run shape, so a call fits about three of them. The compile
+# cache (training.cache_file: kernels for one torch build and one GPU kind) goes back as $OUT/compile.tgz at the end
+# of a call; carried to a later machine as $SCALING_CARRIED_CACHE, its runs start from it.
+CARRIED=${SCALING_CARRIED_CACHE:-.devdata/compile.tgz}
+if [ -f "$CARRIED" ] && [ -z "$(ls -A "$GPUFEED_COMPILE_CACHE" 2>/dev/null)" ]; then
+  mkdir -p -m 700 "$GPUFEED_COMPILE_CACHE" && tar xzf "$CARRIED" -C "$GPUFEED_COMPILE_CACHE" \
+    && chmod -R go-rwx "$GPUFEED_COMPILE_CACHE" && echo "compile cache: $(ls "$GPUFEED_COMPILE_CACHE" | wc -l) files from $CARRIED"
+fi
+keep_cache() {  # at most 15 MiB: one of the 8 files a call brings back, 16 MiB each
+  [ -d "$GPUFEED_COMPILE_CACHE" ] || return 0
+  [ "$(du -sm "$GPUFEED_COMPILE_CACHE" | cut -f1)" -le 15 ] || { echo "compile cache over 15 MiB: not kept"; return 0; }
+  tar czf "$OUT/compile.tgz" -C "$GPUFEED_COMPILE_CACHE" .
+}
 ( while sleep 60; do archive; done ) &
 TICKER=$!
-trap 'kill $TICKER 2>/dev/null; archive' EXIT
+trap 'kill $TICKER 2>/dev/null; archive; keep_cache' EXIT
 
 wheels() {  # diffusers for --vae: the wheels carried in .whl (README of the device: pip install --target)
   $PY -c "import diffusers" 2>/dev/null && return
@@ -188,9 +203,9 @@ summary() {
 [ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
 for STEP in "$@"; do
   case $STEP in
-    call1) prep; nccl; weak; candidates; loaders ;;
-    call2) prep; weak; candidates; loaders; gputest; dit; traces; strong ;;  # (what call1 finished is skipped)
-    call3) prep; weak; candidates; loaders; gputest; dit; traces; strong; flattrace; bucket; cores ;;
+    call1) prep; nccl; weak ;;
+    call2) prep; weak; candidates; loaders; gputest ;;  # (what call1 finished is skipped)
+    call3) prep; weak; candidates; loaders; gputest; dit; traces; flattrace; strong; bucket; cores ;;
     prep|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
