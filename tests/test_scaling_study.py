@@ -43,6 +43,30 @@ def test_a_traces_breakdown_per_step(tmp_path):
     assert got["graph_launches"] == 1.5 and got["kernel_launches"] == 2 and got["memcpy_ms"] == pytest.approx(0.25)
 
 
+def test_the_training_threads_host_time_is_its_outermost_operators(tmp_path):
+    """Two steps. The training thread (the one with the most operators) runs the optimizer 0-4 ms with an operator
+    inside it, a copy 5-6 ms and the profiler's closing device wait 10-20 ms; the backward's thread runs 0-9 ms. Per
+    step: the optimizer 2 ms, the copy 0.5, nothing of the wait or of the other thread."""
+    ms = 1000.0
+
+    def op(name: str, a: float, b: float, tid: int, cat: str = "cpu_op") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "tid": tid, "ts": a * ms, "dur": (b - a) * ms}
+
+    events = [
+        op("Optimizer.step#Adam.step", 0, 4, 1, "user_annotation"),
+        op("aten::_fused_adam_", 1, 2, 1),
+        op("aten::copy_", 5, 6, 1),
+        op("cudaDeviceSynchronize", 10, 20, 1, "cuda_runtime"),
+        op("autograd::engine::evaluate_function: CompiledFunctionBackward", 0, 9, 2),
+    ]
+    path = tmp_path / "trace.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    got = trace_breakdown(path, steps=2)
+    assert got["host_ms"] == pytest.approx(2.5)
+    assert got["host_top"] == [["Optimizer.step#Adam.step", 2.0], ["aten::copy_", 0.5]]
+
+
 @pytest.mark.slow
 def test_the_summary_sets_each_rank_count_against_one(synthetic_images, tmp_path):
     """A real grid over gloo, the data-free rate alone at 1 and 2 ranks, DDP and flat: the summary's table holds each

@@ -195,7 +195,33 @@ def trace_breakdown(path: Path, steps: int) -> dict:
         "graph_launches": launches.get("cudaGraphLaunch", 0) / steps,
         "kernel_launches": sum(n for k, n in launches.items() if "LaunchKernel" in k) / steps,
         "memcpy_ms": per(sum(e.get("dur", 0) for e in gpu if e.get("cat") == "gpu_memcpy")),
-    }
+    } | host_breakdown(events, steps)
+
+
+HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+
+
+def host_breakdown(events: list[dict], steps: int, top: int = 6) -> dict:
+    """Per profiled step (ms): the training thread's time in its outermost operators (what it launches, and where it
+    waits), and the `top` of them it spent most on. The training thread is the host thread with the most operators;
+    the backward's thread and the collectives' threads are left out. The profiler's closing wait for the device
+    (cudaDeviceSynchronize after the last step) is not the loop's, so it is left out too."""
+    threads: dict[object, list[dict]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") in HOST_CATS and e.get("name") != "cudaDeviceSynchronize":
+            threads[e.get("tid")].append(e)
+    if not threads:
+        return {"host_ms": None, "host_top": []}
+    outer, end = [], float("-inf")
+    for e in sorted(max(threads.values(), key=len), key=lambda e: (e["ts"], -e.get("dur", 0))):
+        if e["ts"] >= end:  # not inside the operator before it
+            outer.append(e)
+            end = e["ts"] + e.get("dur", 0)
+    spent: dict[str, float] = defaultdict(float)
+    for e in outer:
+        spent[e["name"]] += e.get("dur", 0) / 1e3 / steps
+    ranked = sorted(spent.items(), key=lambda kv: kv[1], reverse=True)[:top]
+    return {"host_ms": round(sum(spent.values()), 3), "host_top": [[name, round(ms, 3)] for name, ms in ranked]}
 
 
 def traces(root: Path, steps: int) -> list[dict]:
@@ -216,6 +242,14 @@ def trace_table(found: list[dict]) -> list[str]:
     return lines
 
 
+def host_table(found: list[dict]) -> list[str]:
+    lines = ["| run | rank | host ms | where (ms) |", "|---|---|--:|---|"]
+    for t in found:
+        where = "; ".join(f"`{name[:60]}` {ms:g}" for name, ms in t.get("host_top", []))
+        lines.append(f"| {t['run']} | {t['rank']} | {_f(t.get('host_ms'), 'g')} | {where} |")
+    return lines
+
+
 def tests_table(root: Path) -> list[str]:
     lines = []
     for path in sorted(Path(root).rglob("gputest/*.json")):
@@ -231,6 +265,7 @@ def summary(results: Path, steps: int) -> dict:
     md += ["", "## Loaders against the data-free rate of their rank count", ""] + loader_table(rs)
     md += ["", "## One all-reduce alone (bench/studies/nccl_probe.py)", ""] + nccl_table(results)
     md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
+    md += ["", "## The training thread's time on the host, per step (its outermost operators)", ""] + host_table(found)
     md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
     (results / "summary.md").write_text("\n".join(md) + "\n")
     rates = [
