@@ -125,7 +125,7 @@ def _expected_hashes(folder: Path) -> dict:
 def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths)."""
     x, y, length = unpack(items)
-    return torch.from_numpy(x.copy()), torch.from_numpy(y), None if length is None else torch.from_numpy(length)
+    return torch.from_numpy(x), torch.from_numpy(y), None if length is None else torch.from_numpy(length)
 
 
 plain_http_through_boto3()
