@@ -6,7 +6,7 @@ store (cold) and epoch 2 from its cache (warm), and the data-free rate of the sa
 resident batch) is measured first. bf16, eager or `--compile` (CUDA graphs; every cell compiles its model anew, from
 the compile cache after the first); the bandwidth a GPU needs scales with its rate, so the table gives bytes per
 sample and the rate too. The loader gets one worker fewer than the cores: the training process needs one to drive the
-GPU.
+GPU (`--spare-cores 0` gives the loader a worker per core, for a model whose host work per step is small).
 
     python -m bench.studies.stream_gpu --out OUT --models ddpm_cifar10,dit_b2 --cores 2,4 --compile  # the GPU machine
     python -m bench.studies.stream_gpu --out OUT --models tiny,none --cores 2 --images 2000 --device cpu   # CPU
@@ -216,6 +216,13 @@ def main() -> None:
     p.add_argument("--latents", type=int, default=4096)
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--prefetch", type=int, default=2)
+    p.add_argument(
+        "--spare-cores",
+        type=int,
+        default=1,
+        help="cores left to the training process: the loader gets the rest as workers (at least 1); 0 for a model "
+        "whose host work per step is small",
+    )
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", action="store_true", help="torch.compile with CUDA graphs, as bench --compile")
     p.add_argument("--group", help=argparse.SUPPRESS)
@@ -254,8 +261,9 @@ def run_all(a) -> None:
             for cores in map(int, a.cores.split(",")):
                 data = DATA_OF[model]
                 cpus, link = every[:cores], every[cores:] or every
+                workers = max(1, cores - a.spare_cores)
                 job = {
-                    "name": f"{model}-{cores}cores.json",
+                    "name": f"{model}-{cores}cores" + ("" if a.spare_cores == 1 else f"-{workers}workers") + ".json",
                     "model": model,
                     "cpus": cpus,
                     "link_cpus": link,
@@ -263,7 +271,7 @@ def run_all(a) -> None:
                     "url": f"s3://study/{data}",
                     "local_manifest": str(tmp / f"{data}-manifest"),
                     "server_port": server.port,
-                    "workers": max(1, cores - 1),
+                    "workers": workers,
                     "batch_size": a.batch_size,
                     "prefetch": a.prefetch,
                     "device": a.device,
