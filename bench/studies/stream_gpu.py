@@ -10,6 +10,7 @@ GPU (`--spare-cores 0` gives the loader a worker per core, for a model whose hos
 
     python -m bench.studies.stream_gpu --out OUT --models ddpm_cifar10,dit_b2 --cores 2,4 --compile  # the GPU machine
     python -m bench.studies.stream_gpu --out OUT --models tiny,none --cores 2 --images 2000 --device cpu   # CPU
+    (--models none or none-latents: the loader alone, each batch fetched and nothing else)
 
 Datasets: synthetic 32x32 images (3,072 bytes each) and synthetic latent moments of DiT-B/2's input at 256 px
 (2 views x mean/std x 4x32x32 float16, 32 KiB each; random values: the loader and the model see shapes and bytes).
@@ -30,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 LATENT = (2, 2, 4, 32, 32)  # views, (mean, std), channels, h, w: DiT-B/2 at 256 px with an SD-shaped VAE
-DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "none": "images", "dit_b2": "latents", "dit_tiny": "latents"}
+DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "dit_b2": "latents", "dit_tiny": "latents"}
+DATA_OF |= {"none": "images", "none-latents": "latents"}  # the loader alone, no model
 
 
 def write_latents(out: Path, count: int) -> None:
@@ -116,7 +118,7 @@ def cell(job: dict) -> dict:
             prefetch=job["prefetch"],
         )
         n = len(loader)
-        result = run_model(loader, job, 2 * n) if job["model"] != "none" else run_alone(loader, 2 * n)
+        result = run_alone(loader, 2 * n) if job["model"].startswith("none") else run_model(loader, job, 2 * n)
         loader.close()
         result["link_bytes"] = link.bytes_down  # about 2x shard_bytes: epoch 2 read the store again, not its cache
         manifest = json.loads((Path(job["local_manifest"]) / "manifest.json").read_text())
@@ -194,7 +196,7 @@ def group(job: dict) -> list[dict]:
     """Every cell of one (model, cores), in this process, pinned to its cores."""
     os.sched_setaffinity(0, job["cpus"])
     out = []
-    if job["model"] != "none":
+    if not job["model"].startswith("none"):
         out.append({"kind": "data_free", **data_free(job)})
     for rate in job["rates"]:
         for delay in job["delays"]:
