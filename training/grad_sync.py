@@ -99,7 +99,7 @@ def _strided_views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.T
     channels_last convolution's weight) fills exactly its numel elements."""
     views, offset = [], 0
     for t in like:
-        if not _dense(t):
+        if torch.empty_like(t, device="meta").stride() != t.stride():  # torch keeps a dense tensor's strides alone
             raise ValueError(
                 f"flat gradient sync needs dense parameters; one of shape {tuple(t.shape)} has strides "
                 f"{t.stride()}: use --grad-sync ddp"
@@ -107,14 +107,3 @@ def _strided_views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.T
         views.append(flat.as_strided(t.shape, t.stride(), flat.storage_offset() + offset))
         offset += t.numel()
     return views
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """True when `t`'s elements fill one block of memory without gaps or overlap, whatever the order of its dims."""
-    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
