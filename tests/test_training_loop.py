@@ -103,14 +103,35 @@ def test_host_runs_ahead_of_the_gpu(cifar_small, tmp_path):
     assert s.starvation["host_behind"] < 0.2 and s.starvation["starvation"] < 0.01, s.starvation
 
 
-def test_ema_update_stays_outside_autograd():
+@pytest.mark.parametrize("weight", [0.5, torch.tensor(0.5)], ids=["number", "tensor"])
+def test_ema_update_stays_outside_autograd(weight):
     """The EMA weights move toward the model's and never join the autograd graph: recorded, every update chained a
-    node to the previous one through them, and host memory grew with every step of a long run."""
+    node to the previous one through them, and host memory grew with every step of a long run. A tensor weight (a
+    CUDA graph's) moves them alike."""
     from training.loop import ema_update
 
     params = [torch.randn(4, requires_grad=True) for _ in range(3)]
     ema = [torch.zeros(4) for _ in range(3)]
     for _ in range(3):
-        ema_update(ema, params, 0.5)
+        ema_update(ema, params, weight)
     assert all(e.grad_fn is None and not e.requires_grad for e in ema)
     torch.testing.assert_close(ema[0], params[0].detach() * (1 - 0.5**3))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("compile", [False, True], ids=["eager", "compiled"])
+def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compile):
+    """--grad-sync step-graph on one GPU: 3 eager steps, then the whole step captured once and replayed. Over a
+    learning-rate warm-up (a rate frozen into the graph at its capture would show in the weights) its losses and final
+    weights are those of the step launched op by op (CUDA graphs from torch.compile where compiled), to fp32 rounding
+    (bf16 kernels where compiled, which are not bitwise reproducible between compiles)."""
+    runs = {}
+    for how in ("ddp", "step-graph"):
+        cfg = tiny_cfg(cifar_small, tmp_path / how, device="cuda", steps=16, warmup=12, ckpt_every=16, log_every=16)
+        cfg = dataclasses.replace(cfg, grad_sync=how, compile=compile, precision="bf16" if compile else "fp32")
+        runs[how] = (main(cfg).losses, torch.load(tmp_path / how / CKPT_NAME, weights_only=True)["model"])
+    (launched, want), (graphed, got) = runs["ddp"], runs["step-graph"]
+    tol = dict(rtol=2e-2, atol=2e-4) if compile else dict(rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), **tol)
+    for name, w in want.items():
+        torch.testing.assert_close(got[name], w, **tol, msg=lambda m, name=name: f"{name}: {m}")

@@ -146,8 +146,8 @@ def for_run(
         "vae": cfg.vae,
         "device": device.split(":")[0],
     }
-    if world_size > 1 and cfg.grad_sync != "ddp":  # another graph (DDP's is split at its buckets); ddp keeps old names
-        shape["grad_sync"] = cfg.grad_sync
+    if (world_size > 1 or cfg.grad_sync == "step-graph") and cfg.grad_sync != "ddp":  # other graphs (DDP's split at
+        shape["grad_sync"] = cfg.grad_sync  # its buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
     # ranks would write each other's programs; not tried with them or --vae
     traced = cfg.compile_traced_program and world_size == 1 and cfg.vae is None
     why_not = traced_programs_unsupported() if traced else None

@@ -13,7 +13,7 @@ LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat")  # training.grad_sync.GRAD_SYNCS (a test checks they match)
+GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's (a test matches them)
 
 
 def default_compile_cache() -> Path:
@@ -55,7 +55,8 @@ class TrainConfig:
     # but torch weakens the program's guards and keys it by the forward's name alone in the shared local cache: opt-in
     compile_traced_program: bool = False
     # under torchrun: how the ranks average gradients (training.grad_sync). DDP as torch ships it until the other
-    # candidates are measured on GPUs; all give the same losses to rounding
+    # candidates are measured on GPUs; all give the same losses to rounding. "step-graph" captures the whole step as
+    # one CUDA graph, on one GPU too; torch.compile then makes its kernels alone (compile_mode is not used)
     grad_sync: str = "ddp"
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
@@ -97,6 +98,11 @@ class TrainConfig:
                 "warmup, grad_clip, workers, sample_every and timing_warmup must be >= 0",
             ),
             (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
+            (
+                self.grad_sync != "step-graph" or (self.precision != "fp16" and not self.vae),
+                "--grad-sync step-graph captures the step as one CUDA graph, without fp16's loss scaling or --vae's "
+                "encoder: use --precision bf16, and latents cached by `dataprep convert --vae`",
+            ),
             (self.resume or not self.resume_other_data, "--resume-other-data goes with --resume"),
             (
                 not (self.vae and self.loader == "fastest"),

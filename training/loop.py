@@ -14,6 +14,7 @@ import time
 import traceback
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
+from functools import partial
 
 import torch
 
@@ -68,10 +69,16 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
 
 
 @torch.no_grad()
-def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], decay: float) -> None:
-    """ema = decay * ema + (1 - decay) * params. Outside autograd: recorded, each update chained a graph node to the
-    previous one through the EMA weights, and host memory grew by ~170 KB a step."""
-    torch._foreach_lerp_(ema_params, params, 1.0 - decay)
+def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], weight: float | torch.Tensor) -> None:
+    """ema += weight * (params - ema), weight = 1 - decay. Outside autograd: recorded, each update chained a graph
+    node to the previous one through the EMA weights, and host memory grew by ~170 KB a step. A tensor weight is a
+    CUDA graph's, filled before each replay: lerp would read it on the host, once, at the capture."""
+    if not isinstance(weight, torch.Tensor):
+        torch._foreach_lerp_(ema_params, params, weight)
+        return
+    delta = torch._foreach_sub(params, ema_params)
+    torch._foreach_mul_(delta, weight)
+    torch._foreach_add_(ema_params, delta)
 
 
 @dataclass
@@ -150,15 +157,30 @@ def _first_batch(run: Run, progress: Progress, batch) -> None:
 
 
 def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: list) -> None:
-    """Forward, backward, clip, optimizer and EMA, enqueued without a host sync. The loss joins `pending`, to be read
-    a step later."""
+    """One optimizer step, enqueued without a host sync (one CUDA graph under --grad-sync step-graph); its loss joins
+    `pending`, to be read a step later. The schedule then sets the next step's learning rate."""
+    cfg = run.cfg
+    # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
+    ema_weight = 1.0 - min(cfg.ema, (1 + step) / (10 + step))
+    y = y if run.conditional else None
+    if run.graph is not None:
+        pending.append(_stage(run.graph(partial(_step_body, run), x, y, ema_weight)))
+    else:
+        if cfg.compile and cfg.compile_mode == "reduce-overhead":
+            torch.compiler.cudagraph_mark_step_begin()
+        _step_body(run, x, y, ema_weight, pending)
+    run.stateful["schedule"].step()
+
+
+def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, ema_weight, pending: list | None = None):
+    """Forward, backward, gradient sync, clip, optimizer and EMA; the loss is staged into `pending` before the
+    backward, so that reading it waits for the forward alone (a captured step stages it after its replay)."""
     cfg, optimizer, scaler = run.cfg, run.stateful["optimizer"], run.stateful["scaler"]
-    if cfg.compile and cfg.compile_mode == "reduce-overhead":
-        torch.compiler.cudagraph_mark_step_begin()
     with run.autocast:
         x = run.encoder(x) if run.encoder is not None else x  # inside the step: its GPU time is the step's
-        loss = run.diffusion.loss(run.net, x, y=y if run.conditional else None).float()
-    pending.append(_stage(loss.detach()))  # before backward: the event lands early in this step's stream
+        loss = run.diffusion.loss(run.net, x, y=y).float()
+    if pending is not None:
+        pending.append(_stage(loss.detach()))
     scaler.scale(loss).backward()
     if run.sync_grads is not None:
         run.sync_grads()
@@ -167,10 +189,9 @@ def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: 
         torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
     scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
     scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    run.stateful["schedule"].step()
-    # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
-    ema_update(run.ema_params, run.params, min(cfg.ema, (1 + step) / (10 + step)))
+    optimizer.zero_grad(set_to_none=run.graph is None)  # a graph's gradients stay where it captured them
+    ema_update(run.ema_params, run.params, ema_weight)
+    return loss.detach()
 
 
 def _stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:

@@ -30,6 +30,7 @@ from .grad_sync import wrap
 from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
+from .step_graph import StepGraph
 from .stopping import StopOnSignal
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
@@ -51,6 +52,7 @@ class Run:
     diffusion: torch.nn.Module
     net: torch.nn.Module  # the model as the step calls it: DDP-wrapped and/or compiled
     sync_grads: object | None  # averages the gradients between backward and the optimizer (training.grad_sync)
+    graph: object | None  # --grad-sync step-graph: training.step_graph.StepGraph, which runs each step
     autocast: torch.autocast
     compiled: object | None  # compile_cache's record of a compiled run; None when eager
     stream: EpochStream
@@ -106,6 +108,7 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
     state = _resume(cfg, info, stop, ckpt_path, stateful, asdict(mcfg), train_config, record)
     net, sync_grads, autocast, compiled = _compile(cfg, stateful["model"], spec.model, mcfg, device, info, set_up)
+    graph = StepGraph(stateful["optimizer"], device) if cfg.grad_sync == "step-graph" else None  # after the resume
     stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
 
     start_step = state["step"] if state is not None else 0
@@ -128,6 +131,7 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         diffusion,
         net,
         sync_grads,
+        graph,
         autocast,
         compiled,
         stream,
@@ -209,14 +213,16 @@ def _compile(cfg: TrainConfig, model, model_name: str, mcfg, device: str, info: 
     Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
     each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
     graph and the NCCL all-reduces run eagerly between them. `--grad-sync` chooses another way (training.grad_sync);
-    `sync_grads` then averages the gradients between backward and the optimizer. The compile cache loads first:
-    torch.compile installs the traced program it may hold."""
+    `sync_grads` then averages the gradients between backward and the optimizer; under `step-graph` the step is one
+    CUDA graph of training.step_graph's, which Inductor's own (reduce-overhead) cannot sit inside, so the kernels
+    compile without them. The compile cache loads first: torch.compile installs the traced program it may hold."""
     net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
         compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
-        net = compiled.compile(net, None if cfg.compile_mode == "default" else cfg.compile_mode, autocast)
+        mode = None if cfg.compile_mode == "default" or cfg.grad_sync == "step-graph" else cfg.compile_mode
+        net = compiled.compile(net, mode, autocast)
         mark(set_up, "model compiled")
     return net, sync_grads, autocast, compiled
 

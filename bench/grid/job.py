@@ -49,7 +49,7 @@ class Job:
     # measured where it appears, N processes sharing the host (bench.grid.ranks)
     nproc: int = 1
     vae: str | None = None  # pixel or clip data: the autoencoder that encodes every batch in the step (train --vae)
-    grad_sync: str = "ddp"  # under nproc > 1: how the ranks average gradients (train --grad-sync)
+    grad_sync: str = "ddp"  # how the ranks average gradients (train --grad-sync): nproc > 1, or step-graph
 
     @property
     def name(self) -> str:
@@ -61,7 +61,7 @@ class Job:
             tail = f"np{self.nproc}-{tail}"
         if self.vae:
             tail += "-vae"
-        if self.nproc > 1 and self.grad_sync != "ddp":  # DDP as shipped keeps the names results had before
+        if self.grad_sync != "ddp" and (self.nproc > 1 or self.grad_sync == "step-graph"):  # DDP keeps the old names
             tail += f"-{self.grad_sync}"
         if not self.device.startswith("cuda"):
             tail += f"-{self.device.split(':')[0]}"

@@ -38,20 +38,26 @@ def _equal(rec: dict) -> bool | None:
     return len(set(sums)) == 1 if len(sums) > 1 else None
 
 
+def _setting(r: dict) -> tuple:
+    """What a run's speed-up compares within: its 1-GPU run shares these."""
+    return r["model"], r["batch_size"], r["cpus"], r["compile"], r["grad_sync"] == "step-graph"
+
+
 def weak_table(rs: list[dict]) -> list[str]:
     """Data-free rate against GPUs, per model, batch per GPU, cores per rank and grad_sync, with the speed-up over the
-    same setting's 1-GPU rate (one GPU trains without any gradient sync, so every grad_sync shares it)."""
+    same setting's 1-GPU rate (one GPU trains without any gradient sync, so every grad_sync shares it, but step-graph,
+    which captures one GPU's step too)."""
     free = [r for r in rs if r["kind"] == "data_free"]
-    one = {(r["model"], r["batch_size"], r["cpus"], r["compile"]): r["samples_per_s"] for r in free if r["nproc"] == 1}
+    one = {_setting(r): r["samples_per_s"] for r in free if r["nproc"] == 1}
     lines = [
         "| model | batch per GPU | cores per rank | grad_sync | GPUs | samples/s | speed-up | of N-fold | ranks' "
         "weights equal |",
         "|---|--:|--:|---|--:|--:|--:|--:|---|",
     ]
     for r in sorted(free, key=lambda r: (r["model"], r["batch_size"], str(r["cpus"]), r["grad_sync"], r["nproc"])):
-        base = one.get((r["model"], r["batch_size"], r["cpus"], r["compile"]))
+        base = one.get(_setting(r))
         up = r["samples_per_s"] / base if base else None
-        sync = r["grad_sync"] if r["nproc"] > 1 else "–"
+        sync = r["grad_sync"] if r["nproc"] > 1 or r["grad_sync"] == "step-graph" else "–"
         cells = [
             r["model"],
             r["batch_size"],
@@ -312,14 +318,17 @@ def plot(results: Path) -> Path:
     fig, axes = plt.subplots(1, len(models), figsize=(6 * len(models), 4.5), squeeze=False)
     for ax, model in zip(axes[0], models):
         free = [r for r in rs if r["model"] == model and r["kind"] == "data_free" and not r["cpus"]]
-        one = {r["batch_size"]: r["samples_per_s"] for r in free if r["nproc"] == 1}
+        ones = [r for r in free if r["nproc"] == 1]
+        one = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] != "step-graph"}
+        graphed = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] == "step-graph"}
         gpus = sorted({r["nproc"] for r in rs if r["model"] == model})
         for bs, rate in sorted(one.items()):
             style = "k:" if bs == min(one) else "k-."
             ax.plot(gpus, [rate * n for n in gpus], style, lw=1, label=f"ideal, batch {bs}/GPU")
         weak = [r for r in free if r["nproc"] > 1 and r["batch_size"] == min(one, default=None)]
-        for sync in sorted({r["grad_sync"] for r in weak}):  # every way starts from the same 1-GPU rate
-            line = [(1, one[min(one)])] + sorted(
+        for sync in sorted({r["grad_sync"] for r in weak}):  # from the same 1-GPU rate, but step-graph from its own
+            start = graphed.get(min(one)) if sync == "step-graph" else one[min(one)]
+            line = [(1, start)] * (start is not None) + sorted(
                 (r["nproc"], r["samples_per_s"]) for r in weak if r["grad_sync"] == sync
             )
             ax.plot(*zip(*line), "o-", label=f"data-free, {sync}")

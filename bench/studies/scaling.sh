@@ -5,17 +5,18 @@
 # new run shape compiled for 2-3 minutes (the first 4-rank run too, with its kernels found in the caches), so a call
 # fits about three new shapes; with a carried compile cache (below) they start in under a minute.
 #
-#   bash bench/studies/scaling.sh call1   # prep, one all-reduce alone, ddpm_cifar10 b128 data-free at 1/2/4 GPUs
-#                                         # with today's DDP (~8 min fresh)
-#   bash bench/studies/scaling.sh call2   # --grad-sync flat at 2/4 and ddp-nosplit at 4, the gpu, hdf5 and torch
-#                                         # loaders at 4 cores per rank, the GPU tests (convert --vae on 2 and 4 GPUs
-#                                         # against one, a rank killed under NCCL)
-#   bash bench/studies/scaling.sh call3   # dit_b2 b256 on synthetic latents (1/4 DDP, 4 flat), profiler traces of 1
-#                                         # and 4 ranks (DDP, flat), strong scaling at 512, ddp-bucket100 on 4, the
-#                                         # loaders at 2 cores per rank and with every core shared
-# On a 2-GPU host the same calls run the 1- and 2-GPU parts; the order that fits three calls there:
-#   prep nccl weak candidates bucket loaders | gputest loaders traces dit strong | dit strong cores
-# or any steps by name: prep weak flat candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
+#   bash bench/studies/scaling.sh call1   # prep, the step graph's GPU tests, ddpm_cifar10 b128 data-free with the
+#                                         # whole step as one CUDA graph (--grad-sync step-graph) at 1/4/2 GPUs, then
+#                                         # today's DDP at 1/2/4 (~9 min fresh)
+#   bash bench/studies/scaling.sh call2   # what call1 left; dit_b2 b256 on synthetic latents (step-graph and DDP at
+#                                         # 1/4, flat at 4); flat at 2/4 and ddp-nosplit at 4; the gpu, hdf5 and torch
+#                                         # loaders at 4 cores per rank with the step graph
+#   bash bench/studies/scaling.sh call3   # the GPU tests (convert --vae on 2 and 4 GPUs against one, a rank killed
+#                                         # under NCCL), profiler traces of 1 and 4 ranks (DDP, flat, step-graph),
+#                                         # strong scaling at 512, ddp-bucket100 on 4, the loaders at 2 cores per rank
+#                                         # and with every core shared
+# On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graphtest graph weak flat
+# candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
 # Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
 # missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -113,6 +114,16 @@ grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, 
 }
 
 CIFAR=(--model $M_CIFAR --batch-size $B_CIFAR --backends none)
+graph() {  # the whole step as one CUDA graph: its own 1-GPU rate and the most GPUs first, then the rest
+  grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "1,$TOP" --grad-sync step-graph
+  grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL" --grad-sync step-graph
+}
+graphtest() {  # the step graph against the step launched op by op on one GPU (eager fp32, compiled bf16)
+  grep -q " passed\| failed" "$R/graphtest/pytest.txt" 2>/dev/null && return
+  mkdir -p "$R/graphtest"
+  timeout 240 $PY -m pytest -m gpu -v -p no:cacheprovider tests/test_training_loop.py -k step_graph 2>&1 \
+    | tee "$R/graphtest/pytest.txt" | tail -4
+}
 weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
   grid weak-ddp "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL"
 }
@@ -140,6 +151,8 @@ EOF
 }
 dit() {
   latents || { echo "dit: NOT complete (no latents: diffusers missing)"; return; }
+  grid dit-graph "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP" \
+    --grad-sync step-graph
   grid dit-ddp "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP"
   grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
 }
@@ -172,12 +185,16 @@ traces() {
   profiled ddp-np1 1 ddp
   profiled ddp-np$TOP "$TOP" ddp
 }
-flattrace() { profiled flat-np$TOP "$TOP" flat; }
+flattrace() {
+  profiled flat-np$TOP "$TOP" flat
+  profiled graph-np1 1 step-graph
+  profiled graph-np$TOP "$TOP" step-graph
+}
 
 loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
   # data-free runs, pinned the same way, against weak-ddp's unpinned ones are the per-rank affinity candidate
   grid loaders-cpus$CPUS "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch \
-    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP"
+    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP" --grad-sync step-graph
 }
 cores() {  # the cores per rank each backend needs: 2 (1 worker) and every core of the host shared (4 workers)
   grid loaders-cpus2 "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch --workers 1 \
@@ -203,10 +220,10 @@ summary() {
 [ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
 for STEP in "$@"; do
   case $STEP in
-    call1) prep; nccl; weak ;;
-    call2) prep; weak; candidates; loaders; gputest ;;  # (what call1 finished is skipped)
-    call3) prep; weak; candidates; loaders; gputest; dit; traces; flattrace; strong; bucket; cores ;;
-    prep|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
+    call1) prep; graphtest; graph; weak ;;
+    call2) prep; graph; weak; dit; candidates; loaders ;;  # (what an earlier call finished is skipped)
+    call3) prep; graph; weak; dit; candidates; loaders; gputest; flattrace; traces; strong; bucket; cores; nccl ;;
+    prep|graphtest|graph|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl) prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac

@@ -1,0 +1,87 @@
+"""`--grad-sync step-graph`: the whole training step (forward, backward, the gradients' all-reduce, clip, optimizer and
+EMA) captured once as one CUDA graph and replayed every step, so the host launches one graph a step instead of
+every kernel of it.
+
+Why: with CUDA graphs from torch.compile ("reduce-overhead") only the forward and backward are graphs; the all-reduce,
+clip, optimizer and EMA are launched from Python each step. One process kept ahead of an H200's 18 ms `ddpm_cifar10`
+step, but on some 4-GPU hosts each DDP rank took 24-31 ms of host time a step, and the GPUs waited for it
+(docs/BENCHMARKS.md, finding 7). A replayed graph costs the host microseconds, whatever the host.
+
+What a graph needs, and where it gets it here:
+- fixed addresses: the batch is copied into static input tensors; the gradients are views into one buffer per dtype
+  that the step zeroes and the backward adds into (training.grad_sync.FlatAllReduce), so they never move;
+- nothing decided on the host inside the step: the learning rate becomes a device tensor that the schedule fills
+  before each replay (torch's schedules fill a tensor rate in place), and the EMA's weight is one too;
+- warm-up outside the graph: the first steps run eagerly (torch.compile compiles, cuDNN tunes, NCCL connects, Adam
+  makes its state), on the side stream the capture uses, as torch's documentation advises;
+- the random numbers of an eager step: torch's graph-safe generator gives each replay the offsets an eager step
+  would have drawn, so the noise and timesteps (and dropout) match the other ways' (tests/test_grad_sync.py).
+
+On a CPU there is no graph: the same step runs eagerly, which is how the CPU tests exercise it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+WARMUP_STEPS = 3  # eager steps before the capture: the compile and the lazy set-ups happen in the first
+
+
+class StepGraph:
+    """Runs `body(x, y, ema_weight) -> loss` for each step: eagerly for the first WARMUP_STEPS, then captured once and
+    replayed. `body` must enqueue the whole step without a host sync and leave every tensor it keeps where it was."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, device: str) -> None:
+        self.capture = device.startswith("cuda")
+        self.ema_weight = torch.zeros((), device=device)
+        self.x: torch.Tensor | None = None
+        self.y: torch.Tensor | None = None
+        self.loss: torch.Tensor | None = None
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.steps = 0
+        if self.capture:
+            self.stream = torch.cuda.Stream(device)
+            for group in optimizer.param_groups:  # read by the captured optimizer at each replay, not frozen into it
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+                group["capturable"] = True
+
+    def __call__(
+        self, body: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor], x, y, ema_weight: float
+    ) -> torch.Tensor:
+        """This step's loss (a device tensor the next replay overwrites: copy it before then)."""
+        self._inputs(x, y)
+        self.ema_weight.fill_(ema_weight)
+        self.steps += 1
+        if not self.capture:
+            return body(self.x, self.y, self.ema_weight)
+        if self.graph is not None:
+            self.graph.replay()
+            return self.loss
+        here = torch.cuda.current_stream()
+        self.stream.wait_stream(here)
+        if self.steps <= WARMUP_STEPS:
+            with torch.cuda.stream(self.stream):
+                loss = body(self.x, self.y, self.ema_weight)
+            here.wait_stream(self.stream)
+            return loss
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            self.loss = body(self.x, self.y, self.ema_weight)
+        self.graph = graph
+        graph.replay()  # the capture recorded the step without running it: this step's work
+        return self.loss
+
+    def _inputs(self, x: torch.Tensor, y: torch.Tensor | None) -> None:
+        """The batch into the tensors the graph reads (made at the first step, with the batch's shapes)."""
+        if self.x is None:
+            self.x, self.y = x.clone(), None if y is None else y.clone()
+            return
+        if x.shape != self.x.shape or (y is not None and y.shape != self.y.shape):
+            raise ValueError(
+                f"--grad-sync step-graph replays one batch shape: got {tuple(x.shape)} after {tuple(self.x.shape)}; "
+                "batches must keep their size (drop_last)"
+            )
+        self.x.copy_(x, non_blocking=True)
+        if y is not None:
+            self.y.copy_(y, non_blocking=True)
