@@ -109,7 +109,7 @@ OPTIONS = (
         "--grad-sync",
         type=click.Choice(GRAD_SYNCS),
         default="ddp",
-        help="With --nproc: how the ranks average gradients (train --grad-sync).",
+        help="With --nproc: how the ranks average gradients (train --grad-sync; step-graph applies on one GPU too).",
     ),
     click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU)."),
     click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events."),

@@ -108,3 +108,18 @@ def test_flat_leaves_the_averaged_gradients_in_one_buffer(tmp_path, set_to_none)
             plain.load_state_dict(model.state_dict())
     finally:
         dist.destroy_process_group()
+
+
+def test_the_step_graph_refuses_a_batch_of_another_shape():
+    """A replayed graph reads its inputs at fixed addresses and shapes: a batch of another size is an error naming
+    both shapes, not a step on part of the data (on a CPU the step runs eagerly behind the same check)."""
+    import torch
+
+    from training.step_graph import StepGraph
+
+    model = torch.nn.Linear(3, 1)
+    graph = StepGraph(torch.optim.Adam(model.parameters()), "cpu")
+    body = lambda x, y, w: model(x).square().mean()  # noqa: E731
+    assert graph(body, torch.ones(4, 3), None, 0.1).item() >= 0
+    with pytest.raises(ValueError, match=r"got \(3, 3\) after \(4, 3\)"):
+        graph(body, torch.ones(3, 3), None, 0.1)

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.studies.scaling import busy, loader_table, nccl_table, overlap, plot, summary, trace_breakdown
+from bench.studies.scaling import busy, loader_table, nccl_table, overlap, plot, summary, trace_breakdown, weak_table
 
 
 def test_intervals_merge_and_intersect():
@@ -138,3 +138,18 @@ def test_the_nccl_probe_table_reads_each_probe(tmp_path):
     lines = nccl_table(tmp_path)
     assert "| 2 | ddpm_cifar10 gradient fp32 | 143.0 | 0.559 | 256 |" in lines
     assert any("1.165" in line and "copies" in line for line in lines)
+
+
+def test_the_step_graph_scales_from_its_own_one_gpu_rate():
+    """step-graph captures one GPU's step too, so its speed-ups divide by its own 1-GPU run; every other way shares
+    the 1-GPU run without a gradient sync."""
+    rs = [
+        _row(kind="data_free", nproc=1, samples_per_s=1000.0, compile=True, weights_equal=None),
+        _row(kind="data_free", nproc=1, grad_sync="step-graph", samples_per_s=900.0, compile=True, weights_equal=None),
+        _row(kind="data_free", nproc=4, samples_per_s=3000.0, compile=True, weights_equal=True),
+        _row(kind="data_free", nproc=4, grad_sync="step-graph", samples_per_s=3600.0, compile=True, weights_equal=True),
+    ]
+    lines = "\n".join(weak_table(rs))
+    assert "| m | 8 | all | ddp | 4 | 3,000 | 3.00× | 75.0% | yes |" in lines
+    assert "| m | 8 | all | step-graph | 4 | 3,600 | 4.00× | 100.0% | yes |" in lines
+    assert "| m | 8 | all | step-graph | 1 | 900 | 1.00× |" in lines

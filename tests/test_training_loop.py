@@ -78,6 +78,8 @@ def test_bad_config_values_are_rejected(tmp_path):
         TrainConfig(data=tmp_path, precision="fp8")
     with pytest.raises(ValueError, match="loader must be one of"):
         TrainConfig(data=tmp_path, loader="nope")
+    with pytest.raises(ValueError, match="step-graph .* use --precision bf16"):
+        TrainConfig(data=tmp_path, grad_sync="step-graph", precision="fp16")
 
 
 @pytest.mark.gpu
@@ -123,15 +125,17 @@ def test_ema_update_stays_outside_autograd(weight):
 def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compile):
     """--grad-sync step-graph on one GPU: 3 eager steps, then the whole step captured once and replayed. Over a
     learning-rate warm-up (a rate frozen into the graph at its capture would show in the weights) its losses and final
-    weights are those of the step launched op by op (CUDA graphs from torch.compile where compiled), to fp32 rounding
-    (bf16 kernels where compiled, which are not bitwise reproducible between compiles)."""
+    weights are those of the step launched op by op (CUDA graphs from torch.compile where compiled), to rounding. In
+    fp32 that rounding (TF32 matmuls, cuDNN's algorithms chosen per run, which Adam's normalisation carries into a few
+    weights) was at most 5e-6 on an H200; a rate frozen at the 4th step moves 99.7% of the weights by more than 1e-5
+    (median 2e-3, measured on the CPU). Compiled bf16 kernels are not bitwise reproducible between compiles."""
     runs = {}
     for how in ("ddp", "step-graph"):
         cfg = tiny_cfg(cifar_small, tmp_path / how, device="cuda", steps=16, warmup=12, ckpt_every=16, log_every=16)
         cfg = dataclasses.replace(cfg, grad_sync=how, compile=compile, precision="bf16" if compile else "fp32")
         runs[how] = (main(cfg).losses, torch.load(tmp_path / how / CKPT_NAME, weights_only=True)["model"])
     (launched, want), (graphed, got) = runs["ddp"], runs["step-graph"]
-    tol = dict(rtol=2e-2, atol=2e-4) if compile else dict(rtol=1e-4, atol=1e-6)
+    tol = dict(rtol=2e-2, atol=2e-4) if compile else dict(rtol=1e-3, atol=1e-5)
     torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), **tol)
     for name, w in want.items():
         torch.testing.assert_close(got[name], w, **tol, msg=lambda m, name=name: f"{name}: {m}")

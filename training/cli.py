@@ -101,7 +101,8 @@ def _d(name: str):
     type=click.Choice(GRAD_SYNCS),
     default=_d("grad_sync"),
     help="Under torchrun, how ranks average gradients: DDP, DDP compiled whole (ddp-nosplit), DDP with 100 MB "
-    "bucket views, or one flat all-reduce after the backward (flat).",
+    "bucket views, one flat all-reduce after the backward (flat), or that with the whole step as one CUDA graph "
+    "(step-graph: the fastest compiled on several GPUs; bf16 or fp32, on one GPU too).",
 )
 @click.option(
     "--workers",
