@@ -10,7 +10,17 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import cli
-from bench.studies.scaling import busy, loader_table, nccl_table, overlap, plot, summary, trace_breakdown, weak_table
+from bench.studies.scaling import (
+    busy,
+    loader_table,
+    nccl_table,
+    overlap,
+    plot,
+    strong_table,
+    summary,
+    trace_breakdown,
+    weak_table,
+)
 
 
 def test_intervals_merge_and_intersect():
@@ -153,3 +163,16 @@ def test_the_step_graph_scales_from_its_own_one_gpu_rate():
     assert "| m | 8 | all | ddp | 4 | 3,000 | 3.00× | 75.0% | yes |" in lines
     assert "| m | 8 | all | step-graph | 4 | 3,600 | 4.00× | 100.0% | yes |" in lines
     assert "| m | 8 | all | step-graph | 1 | 900 | 1.00× |" in lines
+
+
+def test_strong_scaling_divides_by_the_same_way_at_the_whole_batch():
+    """A global batch split over GPUs is set against one GPU's rate at that whole batch, trained the same way."""
+    rs = [
+        _row(kind="data_free", nproc=1, batch_size=512, samples_per_s=1000.0, compile=True),
+        _row(kind="data_free", nproc=4, batch_size=128, samples_per_s=3000.0, compile=True),
+        _row(kind="data_free", nproc=1, batch_size=512, grad_sync="step-graph", samples_per_s=800.0, compile=True),
+        _row(kind="data_free", nproc=4, batch_size=128, grad_sync="step-graph", samples_per_s=3200.0, compile=True),
+    ]
+    lines = "\n".join(strong_table(rs))
+    assert "| m | 512 | all | ddp | 4 | 128 | 3,000 | 3.00× |" in lines
+    assert "| m | 512 | all | step-graph | 4 | 128 | 3,200 | 4.00× |" in lines

@@ -133,7 +133,10 @@ def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compi
     for how in ("ddp", "step-graph"):
         cfg = tiny_cfg(cifar_small, tmp_path / how, device="cuda", steps=16, warmup=12, ckpt_every=16, log_every=16)
         cfg = dataclasses.replace(cfg, grad_sync=how, compile=compile, precision="bf16" if compile else "fp32")
-        runs[how] = (main(cfg).losses, torch.load(tmp_path / how / CKPT_NAME, weights_only=True)["model"])
+        losses = main(cfg).losses
+        ckpt = torch.load(tmp_path / how / CKPT_NAME, weights_only=True)
+        assert isinstance(ckpt["optimizer"]["param_groups"][0]["lr"], float)  # any run resumes from it
+        runs[how] = (losses, ckpt["model"])
     (launched, want), (graphed, got) = runs["ddp"], runs["step-graph"]
     tol = dict(rtol=2e-2, atol=2e-4) if compile else dict(rtol=1e-3, atol=1e-5)
     torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), **tol)

@@ -45,6 +45,7 @@ class StepGraph:
             for group in optimizer.param_groups:  # read by the captured optimizer at each replay, not frozen into it
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
                 group["capturable"] = True
+            optimizer.register_state_dict_post_hook(_plain_groups)
 
     def __call__(
         self, body: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor], x, y, ema_weight: float
@@ -85,3 +86,11 @@ class StepGraph:
         self.x.copy_(x, non_blocking=True)
         if y is not None:
             self.y.copy_(y, non_blocking=True)
+
+
+def _plain_groups(optimizer: torch.optim.Optimizer, state: dict) -> dict:
+    """A checkpoint keeps the rate as a number, as any run writes it: a run without the graph resumes from it as
+    well (its copies of the groups, not the live ones, are changed)."""
+    for group in state["param_groups"]:
+        group["lr"], group["capturable"] = float(group["lr"]), False
+    return state

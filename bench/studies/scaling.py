@@ -75,22 +75,22 @@ def weak_table(rs: list[dict]) -> list[str]:
 
 def strong_table(rs: list[dict]) -> list[str]:
     """Data-free rate at a fixed global batch (batch per GPU x GPUs), against the 1-GPU rate at that whole batch, for
-    each global batch measured on one GPU and on more."""
-    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] == "ddp"]
+    each global batch measured on one GPU and on more, under DDP and under the step graph (each against its own)."""
+    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] in ("ddp", "step-graph")]
     groups: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in free:
-        groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"])][r["nproc"]] = r
+        groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"], r["grad_sync"])][r["nproc"]] = r
     lines = [
-        "| model | global batch | cores per rank | GPUs | batch per GPU | samples/s | speed-up |",
-        "|---|--:|--:|--:|--:|--:|--:|",
+        "| model | global batch | cores per rank | grad_sync | GPUs | batch per GPU | samples/s | speed-up |",
+        "|---|--:|--:|---|--:|--:|--:|--:|",
     ]
-    for (model, total, cpus, _), by_n in sorted(groups.items(), key=lambda kv: str(kv[0])):
+    for (model, total, cpus, _, sync), by_n in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if 1 not in by_n or len(by_n) < 2:
             continue
         for n, r in sorted(by_n.items()):
             up = r["samples_per_s"] / by_n[1]["samples_per_s"]
             lines.append(
-                f"| {model} | {total} | {cpus or 'all'} | {n} | {r['batch_size']} | "
+                f"| {model} | {total} | {cpus or 'all'} | {sync} | {n} | {r['batch_size']} | "
                 f"{r['samples_per_s']:,.0f} | {up:.2f}× |"
             )
     return lines

@@ -12,8 +12,8 @@
 #                                         # 1/4, flat at 4); flat at 2/4 and ddp-nosplit at 4; the gpu, hdf5 and torch
 #                                         # loaders at 4 cores per rank with the step graph
 #   bash bench/studies/scaling.sh call3   # the GPU tests (convert --vae on 2 and 4 GPUs against one, a rank killed
-#                                         # under NCCL), profiler traces of 1 and 4 ranks (DDP, flat, step-graph),
-#                                         # strong scaling at 512, ddp-bucket100 on 4, the loaders at 2 cores per rank
+#                                         # under NCCL, every --grad-sync on 2 GPUs), profiler traces of 1 and 4 ranks (DDP, flat, step-graph),
+#                                         # strong scaling at 512 (step-graph), ddp-bucket100 on 4, the loaders at 2 cores per rank
 #                                         # and with every core shared
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graphtest graph weak flat
 # candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
@@ -157,14 +157,14 @@ dit() {
   grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
 }
 
-gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL (every --grad-sync compiled on
-  # 2 GPUs is tests/test_ranks_gpu.py's third test: the bench records of each way hold every rank's weights instead)
+gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL; every --grad-sync compiled on 2
+  # GPUs against DDP's losses
   grep -q " passed\| failed" "$R/gputest/pytest.txt" 2>/dev/null && { echo "gputest: ran in an earlier call"; return; }
   enough 3 || { echo "gputest: NOT complete (under 3 minutes left)"; return; }
   wheels || echo "gputest: no diffusers: the convert --vae tests skip"
   mkdir -p "$R/gputest"
   GPUFEED_TEST_RECORDS="$R/gputest" timeout "$($PY -c "print(int(60 * float('$(left)')))")" \
-    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py -k "convert or killed" 2>&1 \
+    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py -k "convert or killed or every_grad" 2>&1 \
     | tee "$R/gputest/pytest.txt"
 }
 
@@ -209,8 +209,9 @@ nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_D
     --model $M_CIFAR --out "$R/nccl/probe-np$TOP.json" > "$R/nccl/probe-np$TOP.log" 2>&1
   grep -E "via|NVLS|ms" "$R/nccl/probe-np$TOP.log" | head -20
 }
-strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-ddp's 4-GPU run, resumed, not rerun)
-  grid weak-ddp "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL"
+strong() {  # a global batch of 512: 512, 256, 128 per GPU (the last is weak-graph's 4-GPU run, resumed, not rerun)
+  grid weak-graph "$D/cifar10" --model $M_CIFAR --backends none --global-batch $GLOBAL --nproc "$ALL" \
+    --grad-sync step-graph
 }
 summary() {
   $PY -m bench.studies.scaling summary "$R" > /dev/null && echo "summary: $R/summary.md"
