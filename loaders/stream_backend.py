@@ -170,6 +170,11 @@ class StreamLoader(Loader):
             max_cache_size=o.cache_limit,
             max_pre_download=max(2, o.prefetch),
             item_shuffle_window=0,
+            # each shard decoded once, as a whole, when its items are read in shuffled order: LitData's default
+            # decodes a window of 256 items around each item it reads (made for its shuffle within such windows), so
+            # under the full in-chunk shuffle above an epoch decoded ~127 items for each it used; decoding items one
+            # by one read the whole shard file again for each item in a worker (docs/BENCHMARKS.md, finding 8)
+            batch_decode="all" if o.shuffle else "auto",
             storage_options={"config": client_config()} if self.remote else None,
         )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised

@@ -62,6 +62,7 @@ def batches(side: str, workers: int, cache: Path):
         drop_last=True,
         seed=0,
         item_shuffle_window=0,
+        batch_decode="all",  # the stream backend's settings: the full in-chunk shuffle, each shard decoded once
         storage_options={"config": client_config()},
     )
     dl = StreamingDataLoader(ds, batch_size=128, num_workers=workers, collate_fn=collate, drop_last=True)
