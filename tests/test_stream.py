@@ -97,6 +97,33 @@ def test_shuffle_is_deterministic_and_better_than_shard_level(remote, local):
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_a_shuffled_epoch_decodes_each_sample_once(workers, monkeypatch, tmp_path):
+    """Under the full shuffle within each shard, LitData's default decoded a window of 256 items around each item it
+    read (~127 decoded per sample used, in shards of thousands: a twentieth of the rate), and decoding items one by
+    one re-read the whole shard in a worker. Counted where LitData decodes, in this process or the workers it forks,
+    over shards of ~340 samples: one shuffled epoch decodes each sample once, and a shard split between two workers
+    twice."""
+    from litdata.streaming.item_loader import PyTreeLoader
+
+    import dataprep.formats.stream as stream
+
+    monkeypatch.setattr(stream, "SHARD_BYTES", 1 << 20)
+    data = Path(convert_synthetic(str(tmp_path / "images"), 1200, "stream"))
+    decode, tally = PyTreeLoader._batch_deserialize_payload, tmp_path / "decoded"
+
+    def counting(self, raw, offsets, chunk_index, start, end):
+        with open(tally, "a") as f:
+            f.write(f"{end - start}\n")
+        return decode(self, raw, offsets, chunk_index, start, end)
+
+    monkeypatch.setattr(PyTreeLoader, "_batch_deserialize_payload", counting)
+    with build_loader("stream", data, batch_size=32, workers=workers, augment=False, drop_last=False) as loader:
+        seen = sum(len(x) for x in batches(loader))
+    decoded = sum(int(n) for n in tally.read_text().split())
+    assert seen == 1200 and seen <= decoded <= seen + 350 * workers, f"{decoded} items decoded for {seen} samples"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_resume_mid_epoch_is_exact(remote, workers):
     """start_at(p) continues epoch e at batch p with exactly the batches an uninterrupted epoch has from p on,
     without reading the ones before it."""
