@@ -264,12 +264,14 @@ def test_close_leaves_no_workers(images, backend, device):
 
     # the first run starts what lives once per process (torch's intra-op pool, the CUDA driver's threads); a loader
     # that leaks would leak again in the second run
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # not the loader's: another test's server
     run_and_close()
     threads = settled_thread_count()
     run_and_close()
     # multiprocessing's resource tracker and forkserver are per-interpreter singletons, not loader workers
     singletons = ("resource_tracker", "forkserver")
-    alive = [p for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE]
+    children = psutil.Process().children(recursive=True)
+    alive = [p for p in children if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
     left = [p.cmdline() for p in alive]
     assert [c for c in left if not any(s in " ".join(c) for s in singletons)] == []
     assert settled_thread_count(threads) <= threads
