@@ -67,12 +67,11 @@ class FlatAllReduce:
         self.groups = _by_dtype(self.params)
         # one buffer per dtype and its views, made once: the step hands the views back as the gradients
         self.buffers = {
-            d: torch.empty(sum(p.numel() for p in ps), dtype=d, device=ps[0].device) for d, ps in self.groups.items()
+            d: torch.zeros(sum(p.numel() for p in ps), dtype=d, device=ps[0].device) for d, ps in self.groups.items()
         }
         self.views = {d: _strided_views(self.buffers[d], ps) for d, ps in self.groups.items()}
         if bound:
             for d, params in self.groups.items():
-                self.buffers[d].zero_()
                 for p, view in zip(params, self.views[d]):
                     p.grad = view
         if world_size <= 1:

@@ -44,9 +44,9 @@ def item(chunk: Chunk, k: int) -> dict:
 
 def unpack(items: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """LitData's items -> (their sample bytes as one (n, bytes) uint8 array, labels int64, lengths int64 or None)."""
-    x = np.empty((len(items), len(items[0][X])), np.uint8)  # one copy of each sample: joining the bytes first
-    for row, item in zip(x, items):  # and copying the joined buffer costs 8x as much (8 ms a batch of 256 latents)
-        row[:] = np.frombuffer(item[X], np.uint8)
+    # one copy of each sample: joining the bytes first and copying the joined buffer cost 8x as much (8 ms a batch of
+    # 256 latents)
+    x = np.stack([np.frombuffer(it[X], np.uint8) for it in items])
     y = np.fromiter((it[Y] for it in items), np.int64, len(items))
     length = np.fromiter((it[LENGTH] for it in items), np.int64, len(items)) if LENGTH in items[0] else None
     return x, y, length
