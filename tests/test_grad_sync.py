@@ -17,8 +17,6 @@ import torch.distributed as dist
 from training.config import TrainConfig
 from training.grad_sync import GRAD_SYNCS
 from training.loop import main
-from training import grad_sync
-grad_sync.BUCKET_BYTES, grad_sync.FIRST_BUCKET_BYTES = 16384, 4096  # step-graph-buckets: many buckets of a tiny model
 dist.init_process_group("gloo")  # one group for every run: the loop trains in it and leaves it to this script
 out = {}
 for how in GRAD_SYNCS:
@@ -33,7 +31,11 @@ dist.destroy_process_group()
 
 
 def test_the_config_offers_every_way():
+    """The config offers every way, and the GPU test of compiled ranks against DDP runs every other way."""
+    from test_ranks_gpu import WAY_GROUPS
+
     assert config.GRAD_SYNCS == grad_sync.GRAD_SYNCS
+    assert sorted(["ddp", *",".join(WAY_GROUPS).split(",")]) == sorted(grad_sync.GRAD_SYNCS)
 
 
 @pytest.mark.slow
@@ -125,40 +127,3 @@ def test_the_step_graph_refuses_a_batch_of_another_shape():
     assert graph(body, torch.ones(4, 3), None, 0.1).item() >= 0
     with pytest.raises(ValueError, match=r"got \(3, 3\) after \(4, 3\)"):
         graph(body, torch.ones(3, 3), None, 0.1)
-
-
-def test_the_bucket_split_compiles_the_backward_in_pieces():
-    """`step-graph-buckets` compiles the model in pieces at its gradient buckets, so the backward hands over each
-    piece's gradients as it ends: the autograd graph holds one compiled backward per piece (whole, it holds one), and
-    the gradients are those of the model run eagerly."""
-    import torch
-
-    from training.torch_private import split_at_buckets
-
-    def compiled_backwards(loss: torch.Tensor) -> int:
-        seen, todo, count = set(), [loss.grad_fn], 0
-        while todo:
-            node = todo.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            count += "CompiledFunction" in type(node).__name__
-            todo.extend(next_node for next_node, _ in node.next_functions)
-        return count
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])  # 16.6 KB of parameters a layer
-    x = torch.randn(4, 64)
-    model(x).square().sum().backward()
-    eager = [p.grad.clone() for p in model.parameters()]
-    counts = {}
-    for name, cut in (("whole", None), ("split", (40_000, 20_000))):
-        torch._dynamo.reset()
-        backend = "aot_eager" if cut is None else split_at_buckets(*cut, inner="aot_eager")[0]
-        model.zero_grad()
-        loss = torch.compile(model, backend=backend)(x).square().sum()
-        counts[name] = compiled_backwards(loss)
-        loss.backward()
-        for p, g in zip(model.parameters(), eager):
-            torch.testing.assert_close(p.grad, g)
-    assert counts["whole"] == 1 and counts["split"] >= 3, counts

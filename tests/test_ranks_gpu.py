@@ -143,8 +143,6 @@ import json, sys
 import torch, torch._dynamo, torch.distributed as dist
 from training.config import TrainConfig
 from training.loop import main
-from training import grad_sync
-grad_sync.BUCKET_BYTES, grad_sync.FIRST_BUCKET_BYTES = 131072, 32768  # step-graph-buckets: tiny in several pieces
 rank = int(__import__("os").environ["LOCAL_RANK"])
 torch.cuda.set_device(rank)
 dist.init_process_group("nccl", device_id=torch.device("cuda", rank))
@@ -161,12 +159,15 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("ways", ["step-graph,step-graph-buckets", "flat,ddp-nosplit,ddp-bucket100"])
+WAY_GROUPS = ("step-graph", "flat,ddp-nosplit,ddp-bucket100")  # with "ddp": every --grad-sync (test_grad_sync.py)
+
+
+@pytest.mark.parametrize("ways", WAY_GROUPS)
 def test_every_grad_sync_compiled_with_cuda_graphs_trains_as_ddp(synthetic_images, tmp_path, ways):
     """`tiny` compiled with CUDA graphs (reduce-overhead, or the whole step's), bf16, on 2 GPUs, 40 steps of DDP and
     of each way: the ranks end with identical weights, and the losses follow DDP's (bf16 kernels are not bitwise
-    reproducible run to run, so within 2% at every step). Two groups of ways, each against its own DDP run, so that
-    a group fits where GPU minutes are few."""
+    reproducible run to run, so within 2% at every step). Two groups of ways (together every way but DDP), each
+    against a DDP run of its own, so that a group fits where GPU minutes are few."""
     nproc = 2
     needs(nproc)
     script = tmp_path / "every_way.py"

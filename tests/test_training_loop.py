@@ -127,8 +127,10 @@ def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compi
     learning-rate warm-up (a rate frozen into the graph at its capture would show in the weights) its losses and final
     weights are those of the step launched op by op (CUDA graphs from torch.compile where compiled), to rounding. In
     fp32 that rounding (TF32 matmuls, cuDNN's algorithms chosen per run, which Adam's normalisation carries into a few
-    weights) was at most 5e-6 on an H200; a rate frozen at the 4th step moves 99.7% of the weights by more than 1e-5
-    (median 2e-3, measured on the CPU). Compiled bf16 kernels are not bitwise reproducible between compiles."""
+    weights) moved 6 of 1,024 elements of one weight by up to 4.6e-6 on an H200, and 1 of 18,432 of another by 2.4e-5
+    on an H100; so at most 0.1% of all the elements may differ by more than 1e-5 (and 1e-3 relative), none by 1e-4.
+    A rate frozen at the 4th step moves 99.7% of the weights by more than 1e-5 (median 2e-3, measured on the CPU).
+    Compiled bf16 kernels are not bitwise reproducible between compiles."""
     runs = {}
     for how in ("ddp", "step-graph"):
         cfg = tiny_cfg(cifar_small, tmp_path / how, device="cuda", steps=16, warmup=12, ckpt_every=16, log_every=16)
@@ -138,7 +140,12 @@ def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compi
         assert isinstance(ckpt["optimizer"]["param_groups"][0]["lr"], float)  # any run resumes from it
         runs[how] = (losses, ckpt["model"])
     (launched, want), (graphed, got) = runs["ddp"], runs["step-graph"]
-    tol = dict(rtol=2e-2, atol=2e-4) if compile else dict(rtol=1e-3, atol=1e-5)
-    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), **tol)
-    for name, w in want.items():
-        torch.testing.assert_close(got[name], w, **tol, msg=lambda m, name=name: f"{name}: {m}")
+    if compile:
+        torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), rtol=2e-2, atol=2e-4)
+        for name, w in want.items():
+            torch.testing.assert_close(got[name], w, rtol=2e-2, atol=2e-4, msg=lambda m, name=name: f"{name}: {m}")
+        return
+    torch.testing.assert_close(torch.tensor(graphed), torch.tensor(launched), rtol=1e-3, atol=1e-5)
+    w, g = (torch.cat([t[k].flatten().double() for k in want if t[k].is_floating_point()]) for t in (want, got))
+    apart = (g - w).abs()
+    assert (apart > 1e-5 + 1e-3 * w.abs()).double().mean() < 1e-3 and apart.max() < 1e-4, apart.max()

@@ -12,7 +12,6 @@ torch is private: a torch without it compiles anew, and the cache's note says wh
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -21,13 +20,11 @@ import psutil
 import torch
 
 from .cache_file import CompileCache
-from .config import STEP_GRAPHS
 from .torch_private import (
     cache_custom_autograd_functions,
     compile_counters,
     mode_options,
     names_past_installed,
-    split_at_buckets,
     traced_programs_unsupported,
 )
 
@@ -53,13 +50,7 @@ class Compiled:
         self.set_up = set_up if set_up is not None else {}
         self.set_up["compile cache loaded"] = round(since_launch(), 3)
 
-    def compile(
-        self,
-        net: torch.nn.Module,
-        mode: str | None,
-        step_context: AbstractContextManager,
-        split_at: tuple[int, int] | None = None,
-    ) -> torch.nn.Module:
+    def compile(self, net: torch.nn.Module, mode: str | None, step_context: AbstractContextManager) -> torch.nn.Module:
         """torch.compile(net) inside the context the training step runs its forward in (its autocast). Where the
         compile cache held a traced program for this model, torch installs it here, loading its kernels, and builds
         its guards from the thread's state at this point: outside the step's autocast, every input's dispatch keys
@@ -67,20 +58,13 @@ class Compiled:
         The mode's Inductor options are set around it too: torch rebuilds an installed program's graphs without
         calling Inductor, reading CUDA graphs on or off from the global options, so under "reduce-overhead" the
         program ran without them, at half the rate. Without a traced program to install,
-        torch.compile alone: torch applies the mode's options when it calls Inductor. `split_at` (bucket bytes, first
-        bucket bytes): Inductor compiles the model in pieces at that many bytes of parameters, in the backward's
-        order (training.torch_private.split_at_buckets); a torch without that splitter compiles it whole."""
+        torch.compile alone: torch applies the mode's options when it calls Inductor."""
         t0 = time.perf_counter()
         options = mode_options(mode) if self.traced else {}
         if self.traced:  # on from here: every later compile of this model (a new shape) needs it, or torch stops
             torch._dynamo.config.caching_precompile = True
-        backend = "inductor"
-        if split_at is not None:
-            backend, why_not = split_at_buckets(*split_at)
-            if why_not:
-                print(f"compile: {why_not}", file=sys.stderr)
         with step_context, torch._inductor.config.patch(options):
-            net = torch.compile(net, mode=mode, backend=backend)
+            net = torch.compile(net, mode=mode)
         if self.traced and compile_counters()["caches"].get("dynamo_cache_hit"):  # a program was installed
             names_past_installed()
             self.cache.note += f"; the traced program installed in {time.perf_counter() - t0:.1f} s"
@@ -162,7 +146,7 @@ def for_run(
         "vae": cfg.vae,
         "device": device.split(":")[0],
     }
-    if (world_size > 1 or cfg.grad_sync in STEP_GRAPHS) and cfg.grad_sync != "ddp":  # other graphs (DDP's split at
+    if (world_size > 1 or cfg.grad_sync == "step-graph") and cfg.grad_sync != "ddp":  # other graphs (DDP's split at
         shape["grad_sync"] = cfg.grad_sync  # its buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
     # ranks would write each other's programs; not tried with them or --vae
     traced = cfg.compile_traced_program and world_size == 1 and cfg.vae is None

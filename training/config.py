@@ -12,9 +12,8 @@ from pathlib import Path
 LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
-STEP_GRAPHS = ("step-graph", "step-graph-buckets")  # the grad_syncs that capture the whole step (training.step_graph)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", *STEP_GRAPHS)  # training.grad_sync's (a test matches them)
+GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's (a test matches them)
 
 
 def default_compile_cache() -> Path:
@@ -100,7 +99,7 @@ class TrainConfig:
             ),
             (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
             (
-                self.grad_sync not in STEP_GRAPHS or (self.precision != "fp16" and not self.vae),
+                self.grad_sync != "step-graph" or (self.precision != "fp16" and not self.vae),
                 "--grad-sync step-graph captures the step as one CUDA graph, without fp16's loss scaling or --vae's "
                 "encoder: use --precision bf16, and latents cached by `dataprep convert --vae`",
             ),

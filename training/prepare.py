@@ -24,9 +24,9 @@ from .checkpoint import (
     restore_rng,
 )
 from .compile_cache import for_run, since_launch
-from .config import STEP_GRAPHS, TrainConfig
+from .config import TrainConfig
 from .data import DataSpec, EpochStream, choose_loader, data_spec, open_loader
-from .grad_sync import compile_split, wrap
+from .grad_sync import wrap
 from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
@@ -108,7 +108,7 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
     state = _resume(cfg, info, stop, ckpt_path, stateful, asdict(mcfg), train_config, record)
     net, sync_grads, autocast, compiled = _compile(cfg, stateful["model"], spec.model, mcfg, device, info, set_up)
-    graph = StepGraph(stateful["optimizer"], device) if cfg.grad_sync in STEP_GRAPHS else None  # after the resume
+    graph = StepGraph(stateful["optimizer"], device) if cfg.grad_sync == "step-graph" else None  # after the resume
     stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
 
     start_step = state["step"] if state is not None else 0
@@ -215,16 +215,14 @@ def _compile(cfg: TrainConfig, model, model_name: str, mcfg, device: str, info: 
     graph and the NCCL all-reduces run eagerly between them. `--grad-sync` chooses another way (training.grad_sync);
     `sync_grads` then averages the gradients between backward and the optimizer; under `step-graph` the step is one
     CUDA graph of training.step_graph's, which Inductor's own (reduce-overhead) cannot sit inside, so the kernels
-    compile without them; `step-graph-buckets` compiles the model in pieces at the gradient buckets, as DDPOptimizer
-    does under DDP, so that the backward hands over each piece's gradients as it goes. The compile cache loads first:
-    torch.compile installs the traced program it may hold."""
+    compile without them. The compile cache loads first: torch.compile installs the traced program it may hold."""
     net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
         compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
-        mode = None if cfg.compile_mode == "default" or cfg.grad_sync in STEP_GRAPHS else cfg.compile_mode
-        net = compiled.compile(net, mode, autocast, split_at=compile_split(cfg.grad_sync, info.world_size))
+        mode = None if cfg.compile_mode == "default" or cfg.grad_sync == "step-graph" else cfg.compile_mode
+        net = compiled.compile(net, mode, autocast)
         mark(set_up, "model compiled")
     return net, sync_grads, autocast, compiled
 

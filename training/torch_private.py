@@ -1,8 +1,7 @@
 """The private parts of torch that compiled runs use, each looked for before it is used: Dynamo's counters of where the
 compile time went, AOTAutograd's switch for graphs holding a custom autograd.Function, the local Inductor cache folder,
-what keeping Dynamo's traced program needs (`train --compile-traced-program`: torch's caching precompile), and Dynamo's
-DDPOptimizer, which cuts a model into pieces at gradient buckets (`--grad-sync step-graph-buckets`). A torch without
-one, or with it otherwise, runs the same: it compiles anew or whole, or its record says less, and a line says why.
+and what keeping Dynamo's traced program needs (`train --compile-traced-program`: torch's caching precompile). A torch
+without one, or with it otherwise, runs the same: it compiles anew, or its record says less, and a line says why.
 """
 
 from __future__ import annotations
@@ -109,19 +108,3 @@ def names_past_installed() -> None:
     ]
     if taken:
         bt._unique_id_counter = itertools.count(max(next(bt._unique_id_counter), max(taken) + 1))
-
-
-def split_at_buckets(bucket_bytes: int, first_bytes: int, inner: str = "inductor") -> tuple[object, str | None]:
-    """(a torch.compile backend, why not): Inductor (or the `inner` backend) with the model cut into pieces of about
-    `bucket_bytes` of parameters in the backward's order (the first `first_bytes`), so that each piece's backward
-    hands over its gradients as it ends. It is Dynamo's DDPOptimizer, which does this for a model wrapped in DDP,
-    given the sizes itself. A torch without it: the model whole, and the line says so."""
-    try:
-        from torch._dynamo.backends.distributed import DDPOptimizer
-        from torch._dynamo.backends.registry import lookup_backend
-
-        splitter = DDPOptimizer(bucket_bytes, lookup_backend(inner), first_bucket_cap=first_bytes)
-    except Exception as e:  # private: another torch may name or shape it otherwise
-        why = f"{type(e).__name__}: {e}"
-        return inner, f"the model compiles whole, its gradients come at the backward's end ({why})"
-    return splitter.compile_fn, None

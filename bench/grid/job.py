@@ -12,8 +12,6 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from training.config import STEP_GRAPHS
-
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
 MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
@@ -63,7 +61,7 @@ class Job:
             tail = f"np{self.nproc}-{tail}"
         if self.vae:
             tail += "-vae"
-        if self.grad_sync != "ddp" and (self.nproc > 1 or self.grad_sync in STEP_GRAPHS):  # DDP keeps the old names
+        if self.grad_sync != "ddp" and (self.nproc > 1 or self.grad_sync == "step-graph"):  # DDP keeps the old names
             tail += f"-{self.grad_sync}"
         if not self.device.startswith("cuda"):
             tail += f"-{self.device.split(':')[0]}"

@@ -19,8 +19,6 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from training.config import STEP_GRAPHS
-
 from ..grid.crosscheck import GPU_CATS, load_trace
 from ..records.results import load_records
 from ..records.rows import flat
@@ -42,7 +40,7 @@ def _equal(rec: dict) -> bool | None:
 
 def _setting(r: dict) -> tuple:
     """What a run's speed-up compares within: its 1-GPU run shares these."""
-    return r["model"], r["batch_size"], r["cpus"], r["compile"], r["grad_sync"] in STEP_GRAPHS
+    return r["model"], r["batch_size"], r["cpus"], r["compile"], r["grad_sync"] == "step-graph"
 
 
 def weak_table(rs: list[dict]) -> list[str]:
@@ -59,7 +57,7 @@ def weak_table(rs: list[dict]) -> list[str]:
     for r in sorted(free, key=lambda r: (r["model"], r["batch_size"], str(r["cpus"]), r["grad_sync"], r["nproc"])):
         base = one.get(_setting(r))
         up = r["samples_per_s"] / base if base else None
-        sync = r["grad_sync"] if r["nproc"] > 1 or r["grad_sync"] in STEP_GRAPHS else "–"
+        sync = r["grad_sync"] if r["nproc"] > 1 or r["grad_sync"] == "step-graph" else "–"
         cells = [
             r["model"],
             r["batch_size"],
@@ -78,7 +76,7 @@ def weak_table(rs: list[dict]) -> list[str]:
 def strong_table(rs: list[dict]) -> list[str]:
     """Data-free rate at a fixed global batch (batch per GPU x GPUs), against the 1-GPU rate at that whole batch, for
     each global batch measured on one GPU and on more, under DDP and under the step graph (each against its own)."""
-    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] in ("ddp", *STEP_GRAPHS)]
+    free = [r for r in rs if r["kind"] == "data_free" and r["grad_sync"] in ("ddp", "step-graph")]
     groups: dict[tuple, dict[int, dict]] = defaultdict(dict)
     for r in free:
         groups[(r["model"], r["batch_size"] * r["nproc"], r["cpus"], r["compile"], r["grad_sync"])][r["nproc"]] = r
@@ -321,15 +319,15 @@ def plot(results: Path) -> Path:
     for ax, model in zip(axes[0], models):
         free = [r for r in rs if r["model"] == model and r["kind"] == "data_free" and not r["cpus"]]
         ones = [r for r in free if r["nproc"] == 1]
-        one = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] not in STEP_GRAPHS}
-        graphed = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] in STEP_GRAPHS}
+        one = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] != "step-graph"}
+        graphed = {r["batch_size"]: r["samples_per_s"] for r in ones if r["grad_sync"] == "step-graph"}
         gpus = sorted({r["nproc"] for r in rs if r["model"] == model})
         for bs, rate in sorted(one.items()):
             style = "k:" if bs == min(one) else "k-."
             ax.plot(gpus, [rate * n for n in gpus], style, lw=1, label=f"ideal, batch {bs}/GPU")
         weak = [r for r in free if r["nproc"] > 1 and r["batch_size"] == min(one, default=None)]
         for sync in sorted({r["grad_sync"] for r in weak}):  # from the same 1-GPU rate, but step-graph from its own
-            start = graphed.get(min(one)) if sync in STEP_GRAPHS else one[min(one)]
+            start = graphed.get(min(one)) if sync == "step-graph" else one[min(one)]
             line = [(1, start)] * (start is not None) + sorted(
                 (r["nproc"], r["samples_per_s"]) for r in weak if r["grad_sync"] == sync
             )

@@ -6,18 +6,16 @@
 # fits about three new shapes; with a carried compile cache (below) they start in under a minute.
 #
 #   bash bench/studies/scaling.sh call1   # prep; ddpm_cifar10 b128 data-free with the whole step as one CUDA graph
-#                                         # (--grad-sync step-graph) at 1/4/2 GPUs, then with its buckets all-reduced
-#                                         # inside it during the backward (step-graph-buckets) at 4/2 (~9 min fresh)
-#   bash bench/studies/scaling.sh call2   # what call1 left; the step graph's GPU tests (against the step launched op
-#                                         # by op; both step graphs against DDP's losses on 2 GPUs); profiler traces of
-#                                         # 4 ranks (flat, step-graph, step-graph-buckets) and of one GPU's step graph
-#   bash bench/studies/scaling.sh call3   # what call2 left; dit_b2 b256 on synthetic latents (step-graph at 1/4,
-#                                         # step-graph-buckets at 4, DDP at 1/4, flat at 4); the other GPU tests
-#                                         # (convert --vae on 2 and 4 GPUs against one, a rank killed under NCCL, the
-#                                         # other ways against DDP); strong scaling at 512; DDP at 1/2/4; flat and
+#                                         # (--grad-sync step-graph) at 1/4/2 GPUs; its GPU tests (against the step
+#                                         # launched op by op on one GPU; against DDP's losses on 2) (~9 min fresh)
+#   bash bench/studies/scaling.sh call2   # what call1 left; dit_b2 b256 on synthetic latents (step-graph at 1/4, DDP
+#                                         # at 1/4, flat at 4); the other GPU tests (convert --vae on 2 and 4 GPUs
+#                                         # against one, a rank killed under NCCL, the other ways against DDP);
+#                                         # profiler traces of 4 ranks (flat, step-graph) and of one GPU's step graph
+#   bash bench/studies/scaling.sh call3   # what call2 left; strong scaling at 512; DDP at 1/2/4; flat and
 #                                         # ddp-nosplit; the loaders at 4, 2 and all cores per rank; DDP's traces
-# On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graph graphbuckets graphtest
-# graphsync weak flat candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
+# On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graph graphtest graphsync weak
+# flat candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
 # Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
 # missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -119,10 +117,6 @@ graph() {  # the whole step as one CUDA graph: its own 1-GPU rate and the most G
   grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "1,$TOP" --grad-sync step-graph
   grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL" --grad-sync step-graph
 }
-graphbuckets() {  # the step graph with each gradient bucket all-reduced inside it as the backward makes it
-  grid weak-graphbuckets "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync step-graph-buckets
-  grid weak-graphbuckets "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync step-graph-buckets
-}
 graphtest() {  # the step graph against the step launched op by op on one GPU (eager fp32, compiled bf16)
   grep -q " passed\| failed" "$R/graphtest/pytest.txt" 2>/dev/null && return
   mkdir -p "$R/graphtest"
@@ -158,8 +152,6 @@ dit() {
   latents || { echo "dit: NOT complete (no latents: diffusers missing)"; return; }
   grid dit-graph "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP" \
     --grad-sync step-graph
-  grid dit-graphbuckets "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" \
-    --grad-sync step-graph-buckets
   grid dit-ddp "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP"
   grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
 }
@@ -175,7 +167,7 @@ pytests() {  # pytests NAME -k EXPR: GPU tests of tests/test_ranks_gpu.py into $
     $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py "$@" 2>&1 | tee "$R/$name/pytest.txt"
 }
 gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL; every --grad-sync compiled on 2
-  # GPUs against DDP's losses (the step graphs' group first, in a step of its own)
+  # GPUs against DDP's losses (the step graph's first, in a step of its own)
   graphsync
   pytests gputest -k "convert or killed or (every_grad and flat)"
 }
@@ -202,7 +194,6 @@ flattrace() {
   profiled flat-np$TOP "$TOP" flat
   profiled graph-np1 1 step-graph
   profiled graph-np$TOP "$TOP" step-graph
-  profiled graphbuckets-np$TOP "$TOP" step-graph-buckets
 }
 
 loaders() {  # every backend that needs no extra package, 4 cores per rank (3 workers + the training process); its
@@ -235,12 +226,12 @@ summary() {
 [ $# -gt 0 ] || { echo "usage: bash bench/studies/scaling.sh call1|call2|call3|STEP..." >&2; exit 2; }
 for STEP in "$@"; do
   case $STEP in
-    call1) prep; graph; graphbuckets ;;
-    call2) prep; graph; graphbuckets; graphtest; graphsync; flattrace ;;  # (what an earlier call finished is skipped)
-    call3) prep; graph; graphbuckets; graphtest; graphsync; flattrace; dit; gputest; strong; weak; candidates; loaders
-           traces; bucket; cores; nccl ;;
-    prep|graphtest|graph|graphbuckets|graphsync|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|\
-    bucket|nccl) prep; $STEP ;;
+    call1) prep; graph; graphtest; graphsync ;;
+    call2) prep; graph; graphtest; graphsync; dit; gputest; flattrace ;;  # (what an earlier call finished is skipped)
+    call3) prep; graph; graphtest; graphsync; dit; gputest; flattrace; strong; weak; candidates; loaders; cores
+           traces; bucket; nccl ;;
+    prep|graphtest|graphsync|graph|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl)
+      prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac
