@@ -9,6 +9,7 @@ sample and the rate too. The loader gets one worker fewer than the cores: the tr
 GPU (`--spare-cores 0` gives the loader a worker per core, for a model whose host work per step is small).
 
     python -m bench.studies.stream_gpu --out OUT --models ddpm_cifar10,dit_b2 --cores 2,4 --compile  # the GPU machine
+    python -m bench.studies.stream_gpu --out OUT --models dit_b2 --cores 2 --compile --grad-sync step-graph
     python -m bench.studies.stream_gpu --out OUT --models tiny,none --cores 2 --images 2000 --device cpu   # CPU
     (--models none or none-latents: the loader alone, each batch fetched and nothing else)
 
@@ -29,6 +30,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from training.config import GRAD_SYNCS
 
 LATENT = (2, 2, 4, 32, 32)  # views, (mean, std), channels, h, w: DiT-B/2 at 256 px with an SD-shaped VAE
 DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "dit_b2": "latents", "dit_tiny": "latents"}
@@ -126,7 +129,8 @@ def cell(job: dict) -> dict:
     finally:
         link.stop()
     timer = result.pop("timer")
-    first = 3 if job["compile"] else 1  # start-up; compiled, CUDA graphs are recorded on the 2nd and 3rd call too
+    # start-up; compiled, CUDA graphs are recorded on the 2nd and 3rd call too; the step graph captures on the 4th
+    first = 4 if job["grad_sync"] == "step-graph" else 3 if job["compile"] else 1
     for epoch, (a, b) in (("cold", (first, n)), ("warm", (n, 2 * n))):
         s = timer.summary(skip=a, stop=b)
         result[epoch] = {"samples_per_s": job["batch_size"] * s.steps / s.wall_s, **s.to_dict()}
@@ -148,6 +152,7 @@ def run_model(loader, job: dict, steps: int) -> dict:
             precision=job["precision"],
             device=job["device"],
             compile=job["compile"],
+            grad_sync=job["grad_sync"],
             timing_warmup=1,
             ckpt_every=0,
             sample_every=0,
@@ -227,6 +232,12 @@ def main() -> None:
     )
     p.add_argument("--device", default="cuda")
     p.add_argument("--compile", action="store_true", help="torch.compile with CUDA graphs, as bench --compile")
+    p.add_argument(
+        "--grad-sync",
+        choices=GRAD_SYNCS,
+        default="ddp",
+        help="train --grad-sync: step-graph makes the whole step one CUDA graph, one launch a step for the host",
+    )
     p.add_argument("--group", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.group:
@@ -265,7 +276,10 @@ def run_all(a) -> None:
                 cpus, link = every[:cores], every[cores:] or every
                 workers = max(1, cores - a.spare_cores)
                 job = {
-                    "name": f"{model}-{cores}cores" + ("" if a.spare_cores == 1 else f"-{workers}workers") + ".json",
+                    "name": f"{model}-{cores}cores"
+                    + ("" if a.spare_cores == 1 else f"-{workers}workers")
+                    + ("" if a.grad_sync == "ddp" else f"-{a.grad_sync}")
+                    + ".json",
                     "model": model,
                     "cpus": cpus,
                     "link_cpus": link,
@@ -279,6 +293,7 @@ def run_all(a) -> None:
                     "device": a.device,
                     "steps": 150,
                     "compile": a.compile,
+                    "grad_sync": a.grad_sync,
                     "precision": "bf16" if a.device.startswith("cuda") else "fp32",
                     "rates": [float(r) for r in a.rates.split(",")],
                     "delays": [float(d) for d in a.delays.split(",")],
