@@ -128,9 +128,12 @@ def cell(job: dict) -> dict:
         result["shard_bytes"] = sum(f["bytes"] for f in manifest["formats"]["stream"]["files"])
     finally:
         link.stop()
+    from training.step_graph import WARMUP_STEPS
+
     timer = result.pop("timer")
-    # start-up; compiled, CUDA graphs are recorded on the 2nd and 3rd call too; the step graph captures on the 4th
-    first = 4 if job["grad_sync"] == "step-graph" else 3 if job["compile"] else 1
+    # start-up; compiled, CUDA graphs are recorded on the 2nd and 3rd call too; the step graph captures after its
+    # eager warm-up steps
+    first = WARMUP_STEPS + 1 if job["grad_sync"] == "step-graph" else 3 if job["compile"] else 1
     for epoch, (a, b) in (("cold", (first, n)), ("warm", (n, 2 * n))):
         s = timer.summary(skip=a, stop=b)
         result[epoch] = {"samples_per_s": job["batch_size"] * s.steps / s.wall_s, **s.to_dict()}
