@@ -28,8 +28,15 @@ def sample(run: Run, step: int, shape: tuple[int, ...]) -> None:
     for a class-conditional model."""
     cfg, classes = run.cfg, run.spec.classes
     with run.timer.paused():
+        settle_ema(run)
         labels = torch.arange(cfg.sample_count, device=run.device) % classes if run.conditional else None
         run.log.samples(run.stateful["ema"], run.diffusion, shape, run.spec.kind, step, labels, run.preview)
+
+
+def settle_ema(run: Run) -> None:
+    """The step graph updates the EMA a step late (training.step_graph): up to date before it is read."""
+    if run.graph is not None:
+        run.graph.settle_ema()
 
 
 def checkpoint_due(cfg: TrainConfig, step: int, stopping: bool) -> bool:
@@ -41,6 +48,7 @@ def write_checkpoint(run: Run, step: int) -> bool:
     Returns whether the run stops: decided again here, with every rank's answer, so no rank writes on an old one.
     The caller has read every loss so far, so a non-finite one is known before anything is written."""
     with run.timer.paused():
+        settle_ema(run)
         run.guard.check_weights(step, optimizer=True)
         stopping = run.guard.poll(wait=True)
         save(run.ckpt_path, run.stateful, step, run.stream, run.model_config, run.train_config, run.info, run.record)

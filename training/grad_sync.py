@@ -18,9 +18,8 @@ of its own and the all-reduces run eagerly between them. The choices:
   laid out as its parameter. The same arithmetic as DDP's (each gradient divided, then summed over ranks), in one
   collective.
 - `step-graph`: `flat`, with the whole step (forward, backward, that all-reduce, clip, optimizer, EMA) captured as one
-  CUDA graph and replayed (training.step_graph): the host launches one graph a step. The gradients stay views into
-  the buffer for good: the step zeroes it and the backward adds into them. It applies on one GPU too (without the
-  all-reduce), so a rank count's rate compares with one GPU's of the same kind.
+  CUDA graph and replayed (training.step_graph): the host launches one graph a step. It applies on one GPU too
+  (without the all-reduce), so a rank count's rate compares with one GPU's of the same kind.
 
 Each gives the same losses as `ddp` to rounding (tests/test_grad_sync.py, over gloo); which is fastest is measured on
 GPUs (bench/studies/scaling.sh)."""
@@ -38,14 +37,12 @@ GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # tr
 def wrap(model: torch.nn.Module, how: str, world_size: int) -> tuple[torch.nn.Module, Callable[[], None] | None]:
     """(the module the step calls, what to call between backward and the optimizer: None where the wrapper has
     averaged the gradients by the end of backward). A single process trains `model` itself (its gradients in one
-    buffer under `step-graph`)."""
+    buffer under `flat` and `step-graph`)."""
     if how not in GRAD_SYNCS:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNCS)}, not {how!r}")
-    if how == "step-graph":
-        return model, FlatAllReduce(model, world_size, bound=True)
     if world_size <= 1:
         return model, None
-    if how == "flat":
+    if how in ("flat", "step-graph"):
         return model, FlatAllReduce(model, world_size)
     import torch._dynamo
 
@@ -57,11 +54,9 @@ def wrap(model: torch.nn.Module, how: str, world_size: int) -> tuple[torch.nn.Mo
 
 class FlatAllReduce:
     """Averages every gradient over the ranks with one all-reduce of a flat buffer per dtype. Construction broadcasts
-    rank 0's parameters and buffers, as DDP's does, so every rank starts from the same weights. `bound`: the
-    gradients are the buffer's views from the start, zeroed, for a caller that zeroes them in place after each step
-    (zero_grad(set_to_none=False)) so that they never move."""
+    rank 0's parameters and buffers, as DDP's does, so every rank starts from the same weights."""
 
-    def __init__(self, model: torch.nn.Module, world_size: int, bound: bool = False) -> None:
+    def __init__(self, model: torch.nn.Module, world_size: int) -> None:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.world_size = world_size
         self.groups = _by_dtype(self.params)
@@ -70,12 +65,9 @@ class FlatAllReduce:
             d: torch.zeros(sum(p.numel() for p in ps), dtype=d, device=ps[0].device) for d, ps in self.groups.items()
         }
         self.views = {d: _strided_views(self.buffers[d], ps) for d, ps in self.groups.items()}
-        if bound:
-            for d, params in self.groups.items():
-                for p, view in zip(params, self.views[d]):
-                    p.grad = view
-        if world_size <= 1:
-            return
+        # NCCL divides inside the collective (AVG, the sum scaled by 1/n: DDP's divide-then-sum bit for bit where n
+        # is a power of two); gloo has no AVG, so there the buffer is divided first, as DDP divides each bucket
+        self.average = dist.get_backend() == "nccl"
         with torch.no_grad():
             for group in _by_dtype([*model.parameters(), *model.buffers()]).values():
                 flat = torch.cat([t.reshape(-1) for t in group])
@@ -92,8 +84,10 @@ class FlatAllReduce:
             grads = [p.grad for p in params]
             if not all(g is v for g, v in zip(grads, views)):  # unless zero_grad kept the views and backward added
                 torch._foreach_copy_(views, grads)  # into them: the gradients are in place already
-            if self.world_size > 1:
-                flat.div_(self.world_size)  # before the sum, as DDP divides each bucket
+            if self.average:
+                dist.all_reduce(flat, op=dist.ReduceOp.AVG)
+            else:
+                flat.div_(self.world_size)
                 dist.all_reduce(flat)
             for p, view in zip(params, views):
                 p.grad = view

@@ -23,6 +23,7 @@ from loaders.workers import worker_errors
 from . import cadence, ddp
 from .config import TrainConfig
 from .data import check_fits
+from .ema import ema_update, ema_weight
 from .prepare import Run, mark, set_up
 from .stopping import StopOnSignal
 
@@ -66,19 +67,6 @@ def main(cfg: TrainConfig, loader=None) -> RunSummary:
         raise
     finally:
         ddp.teardown(info, error)
-
-
-@torch.no_grad()
-def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], weight: float | torch.Tensor) -> None:
-    """ema += weight * (params - ema), weight = 1 - decay. Outside autograd: recorded, each update chained a graph
-    node to the previous one through the EMA weights, and host memory grew by ~170 KB a step. A tensor weight is a
-    CUDA graph's, filled before each replay: lerp would read it on the host, once, at the capture."""
-    if not isinstance(weight, torch.Tensor):
-        torch._foreach_lerp_(ema_params, params, weight)
-        return
-    delta = torch._foreach_sub(params, ema_params)
-    torch._foreach_mul_(delta, weight)
-    torch._foreach_add_(ema_params, delta)
 
 
 @dataclass
@@ -160,37 +148,42 @@ def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: 
     """One optimizer step, enqueued without a host sync (one CUDA graph under --grad-sync step-graph); its loss joins
     `pending`, to be read a step later. The schedule then sets the next step's learning rate."""
     cfg = run.cfg
-    # EMA warm-up, decay (1+t)/(10+t) capped at cfg.ema, so short runs preview trained weights, not the init
-    ema_weight = 1.0 - min(cfg.ema, (1 + step) / (10 + step))
     y = y if run.conditional else None
     if run.graph is not None:
-        pending.append(_stage(run.graph(partial(_step_body, run), x, y, ema_weight)))
+        pending.append(_stage(run.graph(partial(_step_body, run), x, y, ema_weight(step, cfg.ema))))
     else:
         if cfg.compile and cfg.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
-        _step_body(run, x, y, ema_weight, pending)
+        _step_body(run, x, y, pending)
+        ema_update(run.ema_params, run.params, ema_weight(step, cfg.ema))
     run.stateful["schedule"].step()
 
 
-def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, ema_weight, pending: list | None = None):
-    """Forward, backward, gradient sync, clip, optimizer and EMA; the loss is staged into `pending` before the
-    backward, so that reading it waits for the forward alone (a captured step stages it after its replay)."""
-    cfg, optimizer, scaler = run.cfg, run.stateful["optimizer"], run.stateful["scaler"]
+def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list | None = None) -> torch.Tensor:
+    """Forward, backward, gradient sync, clip and optimizer (and the step graph's late EMA); the loss is staged into
+    `pending` before the backward, so that reading it waits for the forward alone (a captured step stages it after
+    its replay)."""
+    cfg, optimizer, scaler, graph = run.cfg, run.stateful["optimizer"], run.stateful["scaler"], run.graph
+    if graph is not None and run.sync_grads is None:  # one process: the forward is what it can run beside
+        graph.ema_beside()
     with run.autocast:
         x = run.encoder(x) if run.encoder is not None else x  # inside the step: its GPU time is the step's
         loss = run.diffusion.loss(run.net, x, y=y).float()
     if pending is not None:
         pending.append(_stage(loss.detach()))
     scaler.scale(loss).backward()
+    if graph is not None and run.sync_grads is not None:  # beside the all-reduce, which leaves the SMs idle
+        graph.ema_beside()
     if run.sync_grads is not None:
         run.sync_grads()
     if cfg.grad_clip > 0:
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
+    if graph is not None:
+        graph.before_optimizer()
     scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
     scaler.update()
-    optimizer.zero_grad(set_to_none=run.graph is None)  # a graph's gradients stay where it captured them
-    ema_update(run.ema_params, run.params, ema_weight)
+    optimizer.zero_grad(set_to_none=True)  # the backward hands its gradients over: no zeroing, no adding into them
     return loss.detach()
 
 

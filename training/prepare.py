@@ -9,6 +9,7 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from .checkpoint import (
 from .compile_cache import for_run, since_launch
 from .config import TrainConfig
 from .data import DataSpec, EpochStream, choose_loader, data_spec, open_loader
+from .ema import ema_update
 from .grad_sync import wrap
 from .guard import Guard
 from .metrics import MetricsLog
@@ -108,7 +110,10 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
     state = _resume(cfg, info, stop, ckpt_path, stateful, asdict(mcfg), train_config, record)
     net, sync_grads, autocast, compiled = _compile(cfg, stateful["model"], spec.model, mcfg, device, info, set_up)
-    graph = StepGraph(stateful["optimizer"], device) if cfg.grad_sync == "step-graph" else None  # after the resume
+    graph = None
+    if cfg.grad_sync == "step-graph":  # after the resume: the captured optimizer reads the resumed state
+        ema_params, params = list(stateful["ema"].parameters()), list(stateful["model"].parameters())
+        graph = StepGraph(stateful["optimizer"], device, partial(ema_update, ema_params, params))
     stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
 
     start_step = state["step"] if state is not None else 0

@@ -6,7 +6,8 @@
 # fits about three new shapes; with a carried compile cache (below) they start in under a minute.
 #
 #   bash bench/studies/scaling.sh call1   # prep; ddpm_cifar10 b128 data-free with the whole step as one CUDA graph
-#                                         # (--grad-sync step-graph) at 1/4/2 GPUs; its GPU tests (against the step
+#                                         # (--grad-sync step-graph) at 1/4/2 GPUs, and one GPU's step with
+#                                         # reduce-overhead; its GPU tests (against the step
 #                                         # launched op by op on one GPU; against DDP's losses on 2) (~9 min fresh)
 #   bash bench/studies/scaling.sh call2   # what call1 left; dit_b2 b256 on synthetic latents (step-graph at 1/4, DDP
 #                                         # at 1/4, flat at 4); the other GPU tests (convert --vae on 2 and 4 GPUs
@@ -113,8 +114,10 @@ grid() {  # grid NAME DATA ARGS...: one bench loaders grid in $R/NAME, resumed, 
 }
 
 CIFAR=(--model $M_CIFAR --batch-size $B_CIFAR --backends none)
-graph() {  # the whole step as one CUDA graph: its own 1-GPU rate and the most GPUs first, then the rest
+graph() {  # the whole step as one CUDA graph: its own 1-GPU rate and the most GPUs first, then one GPU's step with
+  # the CUDA graphs of torch.compile (reduce-overhead, the fastest one GPU has had), then the rest
   grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "1,$TOP" --grad-sync step-graph
+  grid weak-ddp "$D/cifar10" "${CIFAR[@]}" --nproc 1
   grid weak-graph "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL" --grad-sync step-graph
 }
 graphtest() {  # the step graph against the step launched op by op on one GPU (eager fp32, compiled bf16)
