@@ -193,7 +193,9 @@ def _stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         return loss, None
     host = torch.empty((), dtype=loss.dtype, pin_memory=True)  # pinned, so the copy does not block the host
     host.copy_(loss, non_blocking=True)
-    done = torch.cuda.Event()
+    # blocking: the host sleeps while it waits for the value instead of spinning on a core, which at 2 cores the
+    # loader's threads need (a step graph's host enqueues a step in under a millisecond and waits most of the step)
+    done = torch.cuda.Event(blocking=True)
     done.record()
     return host, done
 

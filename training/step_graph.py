@@ -79,7 +79,9 @@ class StepGraph:
             here.wait_stream(self.stream)
             return loss
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=self.stream):
+        # thread_local, as torch.compile's own CUDA graphs capture: in the default ("global") mode a CUDA call from any
+        # other thread meanwhile (a loader's pinning thread) invalidates the capture; a streamed dit_b2 run's was so
+        with torch.cuda.graph(graph, stream=self.stream, capture_error_mode="thread_local"):
             self.loss = body(self.x, self.y)
         self.graph = graph
         graph.replay()  # the capture recorded the step without running it: this step's work
