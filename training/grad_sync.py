@@ -36,8 +36,7 @@ GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # tr
 
 def wrap(model: torch.nn.Module, how: str, world_size: int) -> tuple[torch.nn.Module, Callable[[], None] | None]:
     """(the module the step calls, what to call between backward and the optimizer: None where the wrapper has
-    averaged the gradients by the end of backward). A single process trains `model` itself (its gradients in one
-    buffer under `flat` and `step-graph`)."""
+    averaged the gradients by the end of backward). A single process trains `model` itself, with nothing to average."""
     if how not in GRAD_SYNCS:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNCS)}, not {how!r}")
     if world_size <= 1:

@@ -19,8 +19,8 @@ What a graph needs, and where it gets it here:
 
 The EMA runs one step late, on a stream of its own: the weights the last step made stay as they are until this
 step's optimizer, so their EMA update (memory-bound: three passes over every weight) runs beside this step's forward
-or all-reduce instead of after its optimizer, alone. `settle_ema` brings it up to date
-before anything reads it (a checkpoint, a preview grid); the updates are the launched step's, in the same order.
+or all-reduce instead of after its optimizer, alone. `settle_ema` brings it up to date before anything reads it (a
+checkpoint, a preview grid); the updates are the launched step's, in the same order.
 
 On a CPU there is no graph: the same step runs eagerly, which is how the CPU tests exercise it."""
 
