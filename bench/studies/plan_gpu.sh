@@ -59,7 +59,9 @@ DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
 MINUTES=${GPUFEED_MINUTES:-9}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+# the records' commit: HEAD, marked +dirty where the files differ from it (a copy whose history lags its files)
+export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(python3 -c "from bench.records.env import git_commit; print(git_commit())" \
+  2>/dev/null || echo unknown)}
 PY=${PY:-python}
 
 datasets() {
