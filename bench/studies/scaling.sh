@@ -7,8 +7,8 @@
 #
 #   bash bench/studies/scaling.sh call1   # prep; ddpm_cifar10 b128 data-free with the whole step as one CUDA graph
 #                                         # (--grad-sync step-graph) at 1/4/2 GPUs, and one GPU's step with
-#                                         # reduce-overhead; its GPU tests (against the step
-#                                         # launched op by op on one GPU; against DDP's losses on 2) (~9 min fresh)
+#                                         # reduce-overhead; the step graph's GPU tests (against the step launched op
+#                                         # by op on one GPU; against DDP's losses on 2) (~9 min fresh)
 #   bash bench/studies/scaling.sh call2   # what call1 left; dit_b2 b256 on synthetic latents (step-graph at 1/4, DDP
 #                                         # at 1/4, flat at 4); the other GPU tests (convert --vae on 2 and 4 GPUs
 #                                         # against one, a rank killed under NCCL, the other ways against DDP);
