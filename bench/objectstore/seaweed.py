@@ -69,6 +69,10 @@ class SeaweedServer:
     secret_key: str = "gpufeed-secret"
     region: str = "us-east-1"  # any name works with SeaweedFS; boto3 wants one
     volume_mb: int = 256  # per volume file: small, so a test server does not preallocate gigabytes
+    # volume slots: weed's default (0) is the disk's free space over volume_mb, 39 on a disk with 10 GB free, and
+    # every bucket takes 7 at its first write, so there the sixth bucket's uploads fail with InternalError. The files
+    # are sparse (no preallocation): slots cost nothing until written.
+    volumes: int = 1000
     port: int = field(default_factory=free_port)
     ports: dict = field(default_factory=lambda: {name: free_port() for name in PORTS})
     process: subprocess.Popen | None = None
@@ -101,7 +105,7 @@ class SeaweedServer:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
             f"-master.volumeSizeLimitMB={self.volume_mb}",
-            "-volume.max=0",
+            f"-volume.max={self.volumes}",
             "-volume.preStopSeconds=0",
             "-master.telemetry=false",
             "-master.electionTimeout=1s",
