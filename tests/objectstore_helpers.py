@@ -23,17 +23,18 @@ class TestStore:
     def __exit__(self, *exc) -> None:
         self.server.stop(kill=True)
 
-    def client(self):
+    def client(self, attempts: int | None = None):
+        """A boto3 S3 client of the server; `attempts`: at most that many tries a request (boto3's default: 5)."""
         import boto3
+        from botocore.config import Config
 
         return boto3.client(
             "s3",
-            **{
-                "endpoint_url": self.server.endpoint,
-                "region_name": self.server.region,
-                "aws_access_key_id": self.server.access_key,
-                "aws_secret_access_key": self.server.secret_key,
-            },
+            endpoint_url=self.server.endpoint,
+            region_name=self.server.region,
+            aws_access_key_id=self.server.access_key,
+            aws_secret_access_key=self.server.secret_key,
+            config=Config(retries={"max_attempts": attempts}) if attempts else None,
         )
 
     def bucket(self) -> str:

@@ -106,6 +106,9 @@ class SeaweedServer:
             "-s3.port.lance=0",
             f"-master.volumeSizeLimitMB={self.volume_mb}",
             f"-volume.max={self.volumes}",
+            # weed turns every volume read-only below 1% free by default: 2.5 GB of a 250 GB disk that a test
+            # server's few hundred MB never need
+            "-volume.minFreeSpace=256MiB",
             "-volume.preStopSeconds=0",
             "-master.telemetry=false",
             "-master.electionTimeout=1s",
@@ -114,6 +117,7 @@ class SeaweedServer:
 
     def start(self, wait: float = READY_S) -> SeaweedServer:
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
+        volumes = len(list((self.directory / "data").glob("*.dat")))  # a restart's data from before
         identity = {
             "name": "gpufeed",
             "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
@@ -124,11 +128,13 @@ class SeaweedServer:
         # its own session: a Ctrl-C meant for the test run or the benchmark stops it through stop(), not mid-write
         self.process = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
-        self._wait_ready(wait)
+        self._wait_ready(wait, volumes)
         return self
 
-    def _wait_ready(self, wait: float) -> None:
-        """Until a signed request is answered: the S3 port opens before the filer behind it can store anything."""
+    def _wait_ready(self, wait: float, volumes: int = 0) -> None:
+        """Until a signed request is answered and the master knows the `volumes` found on disk: the S3 port opens
+        before the filer behind it can store anything, and after a restart the old objects' reads fail with
+        InternalError ("volume not found") for up to ~4 s, until the volume server has reported them."""
         import boto3
         from botocore.config import Config
 
@@ -147,14 +153,24 @@ class SeaweedServer:
             try:
                 client.put_object(Bucket="gpufeed-ready", Key="probe", Body=b"")
                 client.list_buckets()
-                return
+                known = self._volumes_known()
+                if known >= volumes:
+                    return
+                why = f"the master knows {known} of the {volumes} volumes on disk"
             except Exception as e:  # connection refused, 503 while the filer starts: both mean "not yet"
-                if time.monotonic() > deadline:
-                    self.stop()
-                    raise ServerError(
-                        f"SeaweedFS not ready after {wait:.0f} s ({e}); see {self.directory}/weed.log"
-                    ) from None
-                time.sleep(0.25)
+                why = str(e)
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(f"SeaweedFS not ready after {wait:.0f} s ({why}); see {self.directory}/weed.log")
+            time.sleep(0.25)
+
+    def _volumes_known(self) -> int:
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.ports['master.port']}/dir/status"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            racks = json.load(answer)["Topology"]["DataCenters"]
+        return sum(node["Volumes"] for dc in racks for rack in dc["Racks"] for node in rack["DataNodes"])
 
     def stop(self, kill: bool = False) -> None:
         """End the server (SIGKILL with `kill`, as a crash would); its data stays in `directory` for start()."""
