@@ -169,8 +169,8 @@ class SeaweedServer:
 
         url = f"http://127.0.0.1:{self.ports['master.port']}/dir/status"
         with urllib.request.urlopen(url, timeout=5) as answer:
-            racks = json.load(answer)["Topology"]["DataCenters"]
-        return sum(node["Volumes"] for dc in racks for rack in dc["Racks"] for node in rack["DataNodes"])
+            centres = json.load(answer)["Topology"]["DataCenters"]
+        return sum(node["Volumes"] for centre in centres for rack in centre["Racks"] for node in rack["DataNodes"])
 
     def stop(self, kill: bool = False) -> None:
         """End the server (SIGKILL with `kill`, as a crash would); its data stays in `directory` for start()."""
