@@ -80,8 +80,8 @@ def test_every_way_trains_as_ddp_does(synthetic_images, image_vae, tmp_path, mod
 @pytest.mark.parametrize("set_to_none", [True, False])
 def test_flat_leaves_the_averaged_gradients_in_one_buffer(tmp_path, set_to_none):
     """`flat` hands back views into its all-reduced buffer instead of copying into each gradient; with
-    zero_grad(set_to_none=False) the backward adds into those views and the next sync finds them in place. Either way
-    every step's gradients are what a plain backward gives (one rank: the average of one), laid out as their
+    zero_grad(set_to_none=False) the backward adds into those views (the next sync copies them onto themselves). Either
+    way every step's gradients are what a plain backward gives (one rank: the average of one), laid out as their
     parameters (a channels_last convolution, as on CUDA), so the fused optimizer takes them."""
     import torch
     import torch.distributed as dist

@@ -80,9 +80,7 @@ class FlatAllReduce:
                 p.grad = torch.zeros_like(p)
         for dtype, params in self.groups.items():
             flat, views = self.buffers[dtype], self.views[dtype]
-            grads = [p.grad for p in params]
-            if not all(g is v for g, v in zip(grads, views)):  # unless zero_grad kept the views and backward added
-                torch._foreach_copy_(views, grads)  # into them: the gradients are in place already
+            torch._foreach_copy_(views, [p.grad for p in params])
             if self.average:
                 dist.all_reduce(flat, op=dist.ReduceOp.AVG)
             else:
