@@ -1,0 +1,138 @@
+"""The stream loader's pace on a many-core GPU host, the loader alone: real CIFAR-10 from a SeaweedFS server on
+127.0.0.1, batches moved to the device and finished there as training gets them, one fresh process a cell (epoch 1
+from the store, epoch 2 from the cache), while a monitor thread samples every process of the loader (CPU share and
+thread count). The cells vary what can starve a GPU host: worker count, the threads of the training process, and the
+shard size.
+
+    python -m bench.studies.stream_pace prepare --input CIFAR/train --url s3://data/c16 --shard-mib 16
+    python -m bench.studies.stream_pace cell --url s3://data/c16 --workers 4 --device cuda --out cell.json
+    bash bench/studies/stream_pace.sh          # the whole plan on the GPU machine (carry .whl/stream, .devdata)"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+
+def prepare(source: str, url: str, shard_mib: float) -> None:
+    """`dataprep convert --format stream` of the images at `source` into `url`, shards of `shard_mib` MiB."""
+    import dataprep.formats.stream as stream
+    from dataprep.convert import ConvertConfig, convert
+
+    stream.SHARD_BYTES = int(shard_mib * (1 << 20))  # the study's own knob; the product writes its default
+    t0 = time.perf_counter()
+    convert(ConvertConfig(output=url, input=Path(source), formats=("stream",), workers=os.cpu_count(), progress=False))
+    print(f"prepared {url} ({shard_mib} MiB shards) in {time.perf_counter() - t0:.1f} s", flush=True)
+
+
+class Monitor(threading.Thread):
+    """Samples this process and its children every `period` s: CPU share (of one core) and thread count."""
+
+    def __init__(self, period: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.me, self.period, self.samples, self.done = psutil.Process(), period, [], threading.Event()
+
+    def run(self) -> None:
+        procs: dict[int, object] = {}
+        while not self.done.wait(self.period):
+            row = []
+            for p in [self.me, *self.me.children(recursive=True)]:
+                try:
+                    p = procs.setdefault(p.pid, p)
+                    row.append({"pid": p.pid, "cpu": p.cpu_percent(), "threads": p.num_threads()})
+                except Exception:  # a worker that ended between the listing and the reading
+                    pass
+            self.samples.append({"t": time.perf_counter(), "procs": row})
+
+    def summary(self, t0: float, t1: float) -> dict:
+        """Median CPU share and threads of the main process and of each worker between t0 and t1."""
+        import statistics
+
+        rows = [s["procs"] for s in self.samples if t0 <= s["t"] <= t1]
+        main = [r[0] for r in rows if r and r[0]["pid"] == self.me.pid]
+        workers = [p for r in rows for p in r[1:]]
+        med = lambda xs: round(statistics.median(xs), 1) if xs else None  # noqa: E731
+        return {
+            "main_cpu": med([p["cpu"] for p in main]),
+            "main_threads": med([p["threads"] for p in main]),
+            "worker_cpu": med([p["cpu"] for p in workers]),
+            "worker_threads": med([p["threads"] for p in workers]),
+            "processes": med([len(r) for r in rows]),
+        }
+
+
+def cell(url: str, workers: int, device: str, epochs: int, batch_size: int, threads: int | None) -> dict:
+    import torch
+
+    from bench.records.env import run_record
+    from loaders import build_loader
+
+    if threads:
+        torch.set_num_threads(threads)
+    monitor = Monitor()
+    monitor.start()
+    t_open = time.perf_counter()
+    loader = build_loader(
+        "stream", url, batch_size=batch_size, workers=workers, pin_memory=device.startswith("cuda"), device=device
+    )
+    out = {
+        "url": url,
+        "workers": workers,
+        "device": device,
+        "batch_size": batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "open_s": round(time.perf_counter() - t_open, 3),
+        "epochs": [],
+    }
+    for e in range(epochs):
+        loader.set_epoch(e)
+        t0, n, first = time.perf_counter(), 0, None
+        for b in loader:
+            n += len(b.y)
+            if first is None:
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                first = time.perf_counter() - t0
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        row = {"epoch": e + 1, "samples": n, "seconds": round(t1 - t0, 3), "rate": round(n / (t1 - t0), 1)}
+        out["epochs"].append(row | {"first_batch_s": round(first or 0, 3)} | monitor.summary(t0, t1))
+        print(f"{url} workers={workers} threads={out['torch_threads']} epoch {e + 1}: {row['rate']:,.0f}/s", flush=True)
+    loader.close()
+    monitor.done.set()
+    return out | {"record": run_record(device)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.studies.stream_pace", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("prepare")
+    a.add_argument("--input", required=True)
+    a.add_argument("--url", required=True)
+    a.add_argument("--shard-mib", type=float, default=16)
+    c = sub.add_parser("cell")
+    c.add_argument("--url", required=True)
+    c.add_argument("--workers", type=int, required=True)
+    c.add_argument("--device", default="cuda")
+    c.add_argument("--epochs", type=int, default=2)
+    c.add_argument("--batch-size", type=int, default=128)
+    c.add_argument("--threads", type=int, default=None, help="torch threads of the loading process")
+    c.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    if args.command == "prepare":
+        prepare(args.input, args.url, args.shard_mib)
+        return
+    result = cell(args.url, args.workers, args.device, args.epochs, args.batch_size, args.threads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The stream loader's pace on the GPU machine, the loader alone (bench.studies.stream_pace), in one command. Carry
+# .whl/stream (bench/studies/stream_carry.sh) and .devdata/ holding cifar10-train.tar.gz (the train/ folder of
+# ../shared/datasets/cifar10-jpg.tar.gz) and a py-spy wheel (optional: one profiled cell), then
+#   GPUFEED_COMMIT=<hash> bash bench/studies/stream_pace.sh [CELLS]
+# CELLS: lines "URL WORKERS [THREADS]" on stdin-like form in $PACE_CELLS (default below). Raw JSON and logs go to
+# $OUT/stream_pace.tar.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p /tmp/site /tmp/weedbin "$OUT" /tmp/pace
+[ -x /tmp/weedbin/weed ] || { tar -C /tmp/site -xJf .whl/stream/site.tar.xz && xz -dc .whl/stream/weed.xz > /tmp/weedbin/weed \
+  && chmod +x /tmp/weedbin/weed; } || exit 1
+ls .devdata/py_spy-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-deps --target /tmp/pyspy .devdata/py_spy-*.whl
+export PYTHONPATH=/tmp/site:$PWD GPUFEED_WEED=/tmp/weedbin/weed PYTHONUNBUFFERED=1
+nproc; python3 -c 'import torch, litdata; print(torch.__version__, torch.cuda.get_device_name(), litdata.__version__)'
+[ -d /tmp/cifar/train ] || { mkdir -p /tmp/cifar && tar -C /tmp/cifar -xzf .devdata/cifar10-train.tar.gz; } || exit 1
+if [ ! -f /tmp/serve.env ]; then
+  setsid python3 -m bench.objectstore serve /tmp/weeddata --port 8533 --bucket data > /tmp/serve.log 2>&1 &
+  for _ in $(seq 120); do grep -q "is ready" /tmp/serve.log && break; sleep 0.5; done
+  grep "^export" /tmp/serve.log > /tmp/serve.env || { cat /tmp/serve.log; exit 1; }
+fi
+source /tmp/serve.env
+for spec in ${PACE_PREPARE:-c16:16 c2:2}; do
+  name=${spec%%:*}; mib=${spec##*:}
+  [ -f /tmp/pace/prepared-$name ] || { python3 -m bench.studies.stream_pace prepare --input /tmp/cifar/train \
+    --url s3://data/$name --shard-mib "$mib" && touch /tmp/pace/prepared-$name; } || exit 1
+done
+cells=${PACE_CELLS:-"c16 0;c16 1;c16 2;c16 4;c16 8;c16 4 1;c16 8 1;c2 4;c2 8;c2 16"}
+IFS=';' read -ra list <<< "$cells"
+for c in "${list[@]}"; do
+  read -r name w t <<< "$c"
+  tag="${name}_w${w}${t:+_t$t}"
+  timeout ${PACE_CELL_S:-120} python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" \
+    ${t:+--threads $t} --out "/tmp/pace/$tag.json" 2>&1 | tail -n 4
+done
+if [ -x /tmp/pyspy/bin/py-spy ] && [ -n "${PACE_PROFILE:-c16 4}" ]; then
+  read -r name w <<< "${PACE_PROFILE:-c16 4}"
+  timeout 120 /tmp/pyspy/bin/py-spy record --subprocesses -r 50 -f raw -o /tmp/pace/profile_${name}_w$w.txt -- \
+    python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" --epochs 1 \
+    --out /tmp/pace/profiled_${name}_w$w.json 2>&1 | tail -n 3
+fi
+tar -C /tmp/pace -cf "$OUT/stream_pace.tar" . && ls -la "$OUT"
