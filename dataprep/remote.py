@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .text import printable
+
 SCHEME = "s3://"
 MANIFEST = "manifest.json"
 CONNECT_S = 2.0  # a server on the same network answers a connect in milliseconds; a dead one must fail fast
 READ_S = 30.0  # one read of a response: a 16 MiB shard at 1 MB/s still arrives in pieces well within this
 ATTEMPTS = 3  # boto3's standard retry mode: backoff with jitter between attempts
+MAX_KEY = 1024  # bytes of UTF-8 in an object's key, S3's limit
 
 
 class RemoteError(ValueError):
@@ -41,18 +44,39 @@ class S3Url:
 
     @classmethod
     def parse(cls, location) -> S3Url:
+        """The bucket and key prefix of `location`; one trailing slash is allowed. A key that S3 servers refuse (400
+        Bad Request) or read otherwise than written is refused here, naming the URL."""
         text = str(location)
         rest = text[len(SCHEME) :] if text.startswith(SCHEME) else text[len("s3:/") :]
         bucket, _, prefix = rest.partition("/")
         if not bucket:
-            raise RemoteError(f"{text}: no bucket; write s3://BUCKET/PREFIX")
-        return cls(bucket, prefix.strip("/"))
+            raise RemoteError(f"{printable(text)}: no bucket; write s3://BUCKET/PREFIX")
+        prefix = prefix[:-1] if prefix.endswith("/") else prefix
+        problem = _key_problem(prefix) if prefix else None
+        if problem:
+            raise RemoteError(f"{printable(text)}: the key {problem}")
+        return cls(bucket, prefix)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def __str__(self) -> str:
         return f"{SCHEME}{self.bucket}/{self.prefix}" if self.prefix else f"{SCHEME}{self.bucket}"
+
+
+def _key_problem(key: str) -> str | None:
+    """Why S3 servers refuse `key` or store it under another name, or None."""
+    if "\\" in key:
+        return "holds a backslash, which some S3 servers read as a separator; separate folders with /"
+    for segment in key.split("/"):
+        if segment in (".", ".."):
+            return f"has a {segment!r} segment, which S3 servers refuse (400 Bad Request); write the prefix without it"
+        if not segment:
+            return "has an empty segment (//), which S3 servers refuse or drop; write each / once"
+    size = len(key.encode("utf-8", "surrogateescape"))
+    if size > MAX_KEY:
+        return f"is {size} bytes; S3 allows {MAX_KEY}, the dataset's file names included: choose a shorter prefix"
+    return None
 
 
 def endpoint() -> str:
