@@ -96,7 +96,9 @@ def cli() -> None:
     is_flag=True,
     help="torch.compile the --vae encoder: faster once compiled, which pays on large datasets",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an output directory that dataprep convert wrote.")
+@click.option(
+    "--overwrite", is_flag=True, help="Replace an output (a directory or an s3:// prefix) that dataprep convert wrote."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(
@@ -169,6 +171,7 @@ def verify(data_dir: Path | str) -> None:
     from .fields import unchecked_note
     from .manifest import load_manifest, resize_line
     from .remote import is_remote, load_remote_manifest, verify_remote
+    from .remote_write import leftover_lines
     from .text import printable
     from .verify import verify as run
 
@@ -177,6 +180,8 @@ def verify(data_dir: Path | str) -> None:
     note = unchecked_note(manifest)
     if note:
         click.echo(f"warning: {note}", err=True)
+    for line in _guard(leftover_lines, data_dir) if remote else []:
+        click.echo(f"note: {line}")
     problems = _guard(verify_remote, data_dir, True) if remote else _guard(run, data_dir)
     if problems:
         raise click.ClickException("verification failed:\n  " + "\n  ".join(printable(p) for p in problems))
@@ -191,8 +196,12 @@ def info(data_dir: Path | str) -> None:
     """Print the manifest readably (of a local directory or s3://BUCKET/PREFIX)."""
     from .manifest import describe, load_manifest
     from .remote import is_remote, load_remote_manifest
+    from .remote_write import leftover_lines
 
-    click.echo(describe(_guard(load_remote_manifest if is_remote(data_dir) else load_manifest, data_dir)))
+    remote = is_remote(data_dir)
+    click.echo(describe(_guard(load_remote_manifest if remote else load_manifest, data_dir)))
+    for line in _guard(leftover_lines, data_dir) if remote else []:
+        click.echo(f"note:    {line}")
 
 
 def _device(device: str | None, vae: str | None) -> str | None:

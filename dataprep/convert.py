@@ -44,13 +44,14 @@ def convert(cfg: ConvertConfig) -> dict:
 
 def _convert_to_remote(cfg: ConvertConfig) -> dict:
     """--output s3://BUCKET/PREFIX: convert into a local staging folder (the system's temporary folder, or
-    $GPUFEED_STAGE), upload it with the manifest last, then remove it. The bucket and an existing dataset are checked
-    first, so a wrong target fails before minutes of conversion."""
+    $GPUFEED_STAGE), upload it with the manifest last, then remove it. The bucket and what the prefix holds are checked
+    first (dataprep.remote_write), so a wrong target fails before minutes of conversion."""
     import shutil
     import tempfile
     from dataclasses import replace
 
-    from .remote import S3Url, check_target, upload_dir
+    from .remote import S3Url
+    from .remote_write import check_target, upload_dir
 
     url = S3Url.parse(cfg.output)
     if _rank() == 0:
@@ -60,7 +61,8 @@ def _convert_to_remote(cfg: ConvertConfig) -> dict:
         local = replace(cfg, output=stage / "dataset", command=recorded_command(cfg))
         manifest = _convert(local)
         if manifest:  # a rank other than 0 under torchrun encoded its share and wrote nothing
-            upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress)
+            for line in upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress):
+                print(line, file=sys.stderr)
         return manifest
     finally:
         shutil.rmtree(stage, ignore_errors=True)

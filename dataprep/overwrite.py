@@ -85,6 +85,11 @@ def _listed(out: str) -> set[str] | str:
         return f"it has no {MANIFEST}"
     except (OSError, NotRegularError, ValueError, RecursionError) as e:
         return f"its {MANIFEST} is not one dataprep wrote ({type(e).__name__}: {e})"
+    return listed_paths(manifest)
+
+
+def listed_paths(manifest: object) -> set[str] | str:
+    """The file paths a parsed manifest lists, or why it is not a manifest that dataprep wrote."""
     formats = manifest.get("formats") if isinstance(manifest, dict) else None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("gpufeed_version"), str):
         return f"its {MANIFEST} does not say dataprep wrote it (no gpufeed_version)"

@@ -1,27 +1,35 @@
-"""Datasets in S3-compatible object storage: `s3://BUCKET/PREFIX` holds what a prepared directory holds (manifest.json
-and the format's files, under the same relative names).
+"""Datasets in S3-compatible object storage: `s3://BUCKET/PREFIX` holds manifest.json, and the format's files (under
+the same relative names as in a prepared directory) in a generation folder the manifest names, `PREFIX/v-DATE-HEX/`
+(an older manifest without one: the files beside it). A new upload goes to a fresh generation folder and puts
+manifest.json last, so a prefix with a manifest is complete and stays so while a replacement uploads
+(dataprep.remote_write).
 
 One client for every S3 service: boto3 with the standard variables (AWS_ENDPOINT_URL for anything but AWS itself,
 AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION, or any other way boto3 finds credentials), so the same
 command reaches AWS S3, GCS's S3 API, MinIO or SeaweedFS. Every failure becomes a RemoteError naming the endpoint and
 the object, and what to do: a server that does not answer fails in seconds (short connect timeout, few retries)
-rather than after boto3's default minutes. An upload writes manifest.json last, so a prefix with a manifest is
-complete, as a local directory with one is."""
+rather than after boto3's default minutes."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .text import printable
 
 SCHEME = "s3://"
 MANIFEST = "manifest.json"
 CONNECT_S = 2.0  # a server on the same network answers a connect in milliseconds; a dead one must fail fast
 READ_S = 30.0  # one read of a response: a 16 MiB shard at 1 MB/s still arrives in pieces well within this
 ATTEMPTS = 3  # boto3's standard retry mode: backoff with jitter between attempts
+MAX_KEY = 1024  # bytes of UTF-8 in an object's key, S3's limit
+GENERATION = "generation"  # the manifest's field naming the folder below the prefix that holds the dataset's files
+GENERATION_NAME = re.compile(r"v-\d{8}T\d{6}Z-[0-9a-f]{8}")  # what dataprep names a generation folder, and only that
 
 
 class RemoteError(ValueError):
@@ -41,18 +49,43 @@ class S3Url:
 
     @classmethod
     def parse(cls, location) -> S3Url:
+        """The bucket and key prefix of `location`; one trailing slash is allowed. A key that S3 servers refuse (400
+        Bad Request) or read otherwise than written is refused here, naming the URL."""
         text = str(location)
         rest = text[len(SCHEME) :] if text.startswith(SCHEME) else text[len("s3:/") :]
         bucket, _, prefix = rest.partition("/")
         if not bucket:
-            raise RemoteError(f"{text}: no bucket; write s3://BUCKET/PREFIX")
-        return cls(bucket, prefix.strip("/"))
+            raise RemoteError(f"{printable(text)}: no bucket; write s3://BUCKET/PREFIX")
+        prefix = prefix[:-1] if prefix.endswith("/") else prefix
+        problem = _key_problem(prefix) if prefix else None
+        if problem:
+            raise RemoteError(f"{printable(text)}: the key {problem}")
+        return cls(bucket, prefix)
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
 
+    def child(self, name: str) -> S3Url:
+        """The URL of folder `name` below this one."""
+        return S3Url(self.bucket, self.key(name))
+
     def __str__(self) -> str:
         return f"{SCHEME}{self.bucket}/{self.prefix}" if self.prefix else f"{SCHEME}{self.bucket}"
+
+
+def _key_problem(key: str) -> str | None:
+    """Why S3 servers refuse `key` or store it under another name, or None."""
+    if "\\" in key:
+        return "holds a backslash, which some S3 servers read as a separator; separate folders with /"
+    for segment in key.split("/"):
+        if segment in (".", ".."):
+            return f"has a {segment!r} segment, which S3 servers refuse (400 Bad Request); write the prefix without it"
+        if not segment:
+            return "has an empty segment (//), which S3 servers refuse or drop; write each / once"
+    size = len(key.encode("utf-8", "surrogateescape"))
+    if size > MAX_KEY:
+        return f"is {size} bytes; S3 allows {MAX_KEY}, the dataset's file names included: choose a shorter prefix"
+    return None
 
 
 def endpoint() -> str:
@@ -129,34 +162,6 @@ def exists(s3, url: S3Url, name: str) -> bool:
         raise explain(e, url, name) from None
 
 
-def check_target(url: S3Url, overwrite: bool) -> None:
-    """Before converting: the bucket is there and, without `overwrite`, holds no dataset at the prefix yet."""
-    s3 = client()
-    require_bucket(s3, url)
-    if not overwrite and exists(s3, url, MANIFEST):
-        raise RemoteError(f"{url}: already holds a dataset (manifest.json); pass --overwrite to replace it")
-
-
-def upload_dir(local: Path, location, overwrite: bool, progress: bool = False) -> None:
-    """Every file of a finished prepared directory to `location`, manifest.json last; with `overwrite`, the old
-    dataset's manifest goes first (the prefix reads as incomplete while it changes) and its stale objects after."""
-    from tqdm import tqdm
-
-    url, s3 = S3Url.parse(location), client()
-    require_bucket(s3, url)
-    if exists(s3, url, MANIFEST):
-        if not overwrite:
-            raise RemoteError(f"{url}: already holds a dataset (manifest.json); pass --overwrite to replace it")
-        _call(url, MANIFEST, s3.delete_object, Bucket=url.bucket, Key=url.key(MANIFEST))
-    old = set(list_names(s3, url)) if overwrite else set()
-    files = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file() and p.name != MANIFEST)
-    for name in tqdm(files, unit="file", desc="upload", disable=not progress):
-        _call(url, name, s3.upload_file, str(local / name), url.bucket, url.key(name))
-    _call(url, MANIFEST, s3.upload_file, str(local / MANIFEST), url.bucket, url.key(MANIFEST))
-    for name in sorted(old - set(files) - {MANIFEST}):
-        _call(url, name, s3.delete_object, Bucket=url.bucket, Key=url.key(name))
-
-
 def list_names(s3, url: S3Url) -> Iterator[str]:
     """Every object below the prefix, by its name relative to the prefix."""
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=url.bucket, Prefix=url.key(""))
@@ -198,27 +203,53 @@ def open_object(location, name: str):
     return _call(url, name, s3.get_object, Bucket=url.bucket, Key=url.key(name))["Body"]
 
 
+def files_url(location, manifest: dict) -> S3Url:
+    """Where the files of the dataset at `location` are: the generation folder its manifest names, or (a manifest
+    from before generations) the prefix itself. Every reader of a remote dataset's files resolves them here."""
+    url = S3Url.parse(location)
+    generation = manifest.get(GENERATION)
+    if generation is None:
+        return url
+    if not isinstance(generation, str) or not GENERATION_NAME.fullmatch(generation):
+        raise RemoteError(
+            f"{url}/{MANIFEST}: {GENERATION} {printable(json.dumps(generation)[:80])} is not a folder dataprep "
+            "writes (v-DATE-HEX); convert the data again"
+        )
+    return url.child(generation)
+
+
+def dataset_of(files_location: str) -> str:
+    """The dataset's URL from a URL below its generation folder (`.../v-DATE-HEX/stream` -> `...`)."""
+    parts = files_location.rstrip("/").split("/")
+    for i in range(len(parts) - 1, 2, -1):
+        if GENERATION_NAME.fullmatch(parts[i]):
+            return "/".join(parts[:i])
+    return files_location
+
+
 def download_dataset(location, target: Path, progress: bool = False) -> dict:
-    """Every file the manifest lists, into `target` (for verify); returns the manifest."""
+    """Every file the manifest lists, into `target` (for verify) under the names it lists; returns the manifest."""
     from tqdm import tqdm
 
     from .paths import all_inside
 
     manifest = load_remote_manifest(location)
-    (target / MANIFEST).write_text(json.dumps(manifest))
+    files = files_url(location, manifest)
+    (target / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != GENERATION}))
     names = [f["path"] for fmt in manifest["formats"].values() for f in fmt.get("files", [])]
     all_inside(target, names, source=f"{location}/{MANIFEST}")
     for name in tqdm(names, unit="file", desc="download", disable=not progress):
         (target / name).parent.mkdir(parents=True, exist_ok=True)
-        fetch(location, name, target / name)
+        fetch(files, name, target / name)
     return manifest
 
 
 def verify_remote(location, progress: bool = False) -> list[str]:
     """`dataprep verify` of a dataset in object storage: every file downloaded (to a temporary folder, removed
-    afterwards) and checked as a local dataset is: each file's size and sha256 against the manifest, every sample."""
+    afterwards) and checked as a local dataset is: each file's size and sha256 against the manifest, every sample.
+    Each problem names the folder in the store that holds the files."""
     from .verify import verify
 
     with tempfile.TemporaryDirectory(prefix="gpufeed-verify-") as tmp:
-        download_dataset(location, Path(tmp), progress)
-        return [f"{S3Url.parse(location)}: {p}" for p in verify(Path(tmp))]
+        manifest = download_dataset(location, Path(tmp), progress)
+        return [f"{files_url(location, manifest)}: {p}" for p in verify(Path(tmp))]

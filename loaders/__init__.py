@@ -41,7 +41,7 @@ def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
     from dataprep.manifest import ManifestError, load_manifest
     from dataprep.paths import NotRegularError, OutsideError
-    from dataprep.remote import RemoteError, S3Url, is_remote, load_remote_manifest
+    from dataprep.remote import RemoteError, S3Url, files_url, is_remote, load_remote_manifest
 
     from .base import LoaderOptions
     from .integrity import check_format, fix
@@ -53,6 +53,7 @@ def build_loader(name: str, data_dir: str | Path, **options):
         raise LoaderError(f"{data_dir}: the {name!r} loader reads local directories; use --loader stream for s3://")
     try:
         manifest = load_remote_manifest(data_dir) if remote else load_manifest(data_dir)
+        files = str(files_url(data_dir, manifest)) if remote else None  # the generation folder holding the files
     except ManifestError as e:
         raise LoaderError(f"{e}; {fix(data_dir)}") from None
     except RemoteError as e:
@@ -72,7 +73,7 @@ def build_loader(name: str, data_dir: str | Path, **options):
         cls = getattr(importlib.import_module(module_name), cls_name)
         if name == "stream":
             location = str(S3Url.parse(data_dir)) if remote else None
-            return cls(Path(str(data_dir)), manifest, LoaderOptions(**options), location=location)
+            return cls(Path(str(data_dir)), manifest, LoaderOptions(**options), location=location, files=files)
         return cls(Path(data_dir), manifest, LoaderOptions(**options))
     except OutsideError as e:  # the message names the entry, where it was found and what to do
         raise LoaderError(str(e)) from None

@@ -72,6 +72,8 @@ def checking_downloader():
     to the reader: LitData itself trusts whatever bytes arrive."""
     from litdata.streaming.downloader import S3Downloader
 
+    from dataprep.remote import dataset_of
+
     class CheckingS3Downloader(S3Downloader):
         def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
             name = os.path.basename(local_filepath)
@@ -85,7 +87,7 @@ def checking_downloader():
                     raise DamagedDataError(
                         f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, the manifest says "
                         f"{expected}; restore it or convert the data again (dataprep verify "
-                        f"{self._remote_dir.rsplit('/', 1)[0]} checks every shard)"
+                        f"{dataset_of(self._remote_dir.rsplit('/', 1)[0])} checks every shard)"
                     )
             super()._publish_file(tmp_path, local_filepath)
 
@@ -132,9 +134,10 @@ plain_http_through_boto3()
 
 
 class StreamLoader(Loader):
-    def __init__(self, data_dir, manifest, opts, location: str | None = None) -> None:
+    def __init__(self, data_dir, manifest, opts, location: str | None = None, files: str | None = None) -> None:
         super().__init__(data_dir, manifest, opts)
         self.location = location or str(self.data_dir)  # s3://BUCKET/PREFIX, or the local directory
+        self.files = files or self.location  # where the files are: s3://BUCKET/PREFIX/GENERATION (dataprep.remote)
         self.remote = self.location.startswith("s3://")
         self.shape = (*manifest["sample_shape"],)
         self.dtype = np.dtype(manifest["dtype"])
@@ -158,7 +161,7 @@ class StreamLoader(Loader):
         files = self.manifest["formats"]["stream"].get("files", [])
         (self.cache / HASHES).write_text(json.dumps({Path(f["path"]).name: f["sha256"] for f in files}))
         register_downloader("s3://", checking_downloader(), overwrite=True)
-        source = f"{self.location.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
+        source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         dataset = self._guarded(
             StreamingDataset,
@@ -204,9 +207,9 @@ class StreamLoader(Loader):
             return fn(*args, **kwargs)
         except Exception as e:
             if self.remote and from_s3_client(e):
-                raise LoaderError(str(explain(e, S3Url.parse(self.location), f"{DIRNAME}/{INDEX}"))) from None
+                raise LoaderError(str(explain(e, S3Url.parse(self.files), f"{DIRNAME}/{INDEX}"))) from None
             if isinstance(e, (KeyError, ValueError, TypeError, IndexError)):
-                index = f"{self.location.rstrip('/')}/{DIRNAME}/{INDEX}"
+                index = f"{self.files.rstrip('/')}/{DIRNAME}/{INDEX}"
                 why = f"{type(e).__name__}: {printable(str(e))}"
                 raise LoaderError(
                     f"{index}: damaged ({why}); `dataprep verify {self.location}` checks every file"

@@ -4,6 +4,7 @@ cache's disk full. Each ends in a clear error (or the run continuing) within bou
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -117,7 +118,8 @@ def damaged(seaweed, small_shards) -> tuple[str, str]:
     url = f"s3://{bucket}/damaged"
     convert_synthetic(url, 300, "stream")
     s3 = seaweed.client()
-    key = "damaged/stream/chunk-0-3.bin"
+    manifest = json.loads(s3.get_object(Bucket=bucket, Key="damaged/manifest.json")["Body"].read())
+    key = f"damaged/{manifest['generation']}/stream/chunk-0-3.bin"
     blob = bytearray(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     blob[len(blob) // 2] ^= 0x40
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(blob))

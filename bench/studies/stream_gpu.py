@@ -86,7 +86,7 @@ def write_latents(out: Path, count: int) -> None:
 
 def prepare(server, bucket: str, images: int, latents: int, tmp: Path) -> None:
     from dataprep.convert import ConvertConfig, convert
-    from dataprep.remote import upload_dir
+    from dataprep.remote_write import upload_dir
 
     convert(
         ConvertConfig(

@@ -49,14 +49,15 @@ def batches(side: str, workers: int, cache: Path):
     from litdata import StreamingDataLoader, StreamingDataset
 
     from dataprep.formats.stream import DIRNAME
-    from dataprep.remote import load_remote_manifest
+    from dataprep.remote import files_url, load_remote_manifest
     from loaders.base import finish_images
     from loaders.stream_backend import client_config, collate, plain_http_through_boto3
 
     plain_http_through_boto3()
-    shape = tuple(load_remote_manifest(URL)["sample_shape"])
+    manifest = load_remote_manifest(URL)
+    shape = tuple(manifest["sample_shape"])
     ds = StreamingDataset(
-        f"{URL}/{DIRNAME}",
+        f"{files_url(URL, manifest)}/{DIRNAME}",  # the generation folder the manifest names
         cache_dir=str(cache),
         shuffle=True,
         drop_last=True,
