@@ -44,6 +44,7 @@ STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
 ATTEMPTS = 10
 CONNECT_S, READ_S = 3.0, 60.0  # a live server connects in milliseconds; a 16 MiB shard at 1 MB/s arrives in pieces
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
+DECODE_ROWS = 256  # LitData's rows per decoded block (its _DEFAULT_BATCH_ROWS: Arrow record batches in a shard)
 DEFAULT_CACHE = "GPUFEED_STREAM_CACHE"  # where the cache folders go (default: the system's temporary folder)
 
 
@@ -172,12 +173,11 @@ class StreamLoader(Loader):
             seed=o.seed,
             max_cache_size=o.cache_limit,
             max_pre_download=max(2, o.prefetch),
-            item_shuffle_window=0,
-            # each shard decoded once, as a whole, when its items are read in shuffled order: LitData's default
-            # decodes a window of 256 items around each item it reads (made for its shuffle within such windows), so
-            # under the full in-chunk shuffle above an epoch decoded ~127 items for each it used; decoding items one
-            # by one read the whole shard file again for each item in a worker (docs/BENCHMARKS.md, finding 8)
-            batch_decode="all" if o.shuffle else "auto",
+            # a shard's items in blocks of DECODE_ROWS, the blocks in random order and the items within each: every
+            # block is decoded once, as the shard stores it (Arrow record batches of that many rows where pyarrow wrote
+            # it), where a full in-shard shuffle decoded a whole block for each item read
+            item_shuffle_window=DECODE_ROWS,
+            batch_decode=DECODE_ROWS,
             storage_options={"config": client_config()} if self.remote else None,
         )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised

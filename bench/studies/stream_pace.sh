@@ -39,4 +39,20 @@ if [ -x /tmp/pyspy/bin/py-spy ] && [ -n "${PACE_PROFILE:-c16 4}" ]; then
     python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" --epochs 1 \
     --out /tmp/pace/profiled_${name}_w$w.json 2>&1 | tail -n 3
 fi
+# PACE_TRAIN: runs "TAG DATA LOADER [OPTIONS]" separated by ';' of `train` (ddpm_cifar10 b128 compiled), each
+# run's summary.json and metrics.jsonl kept; DATA may be h5 (the local hdf5 copy) or s3://data/NAME
+if [ -n "${PACE_TRAIN:-}" ]; then
+  [ -f /tmp/pace/prepared-h5 ] || { python3 -m dataprep convert --input /tmp/cifar/train --format hdf5 \
+    --output /tmp/c_h5 --quiet && touch /tmp/pace/prepared-h5; } || exit 1
+  IFS=';' read -ra runs <<< "$PACE_TRAIN"
+  for r in "${runs[@]}"; do
+    read -r tag data loader extra <<< "$r"
+    [ "$data" = h5 ] && data=/tmp/c_h5
+    rm -rf "/tmp/runs/$tag"
+    timeout ${PACE_TRAIN_S:-240} python3 -m training --data "$data" --loader "$loader" --model ddpm_cifar10 \
+      --batch-size 128 --compile --steps ${PACE_STEPS:-800} --lr-warmup 0 --sample-every 0 --ckpt-every 0 \
+      --log-every 50 --no-progress --out "/tmp/runs/$tag" $extra 2>&1 | tail -n 8
+    mkdir -p "/tmp/pace/train_$tag" && cp /tmp/runs/$tag/summary.json /tmp/runs/$tag/metrics.jsonl "/tmp/pace/train_$tag/"
+  done
+fi
 tar -C /tmp/pace -cf "$OUT/stream_pace.tar" . && ls -la "$OUT"

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..paths import NotRegularError, require_regular
 from .base import AudioSpec, BadSample, InputError
-from .files import FileSource, list_files
+from .files import FileSource, list_files, mixed
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
 
@@ -122,7 +122,7 @@ class AudioSource(FileSource):
         folders = {p.parent for p in clips}
         # files beside the clips and clips without a label are reported as bad samples (the decoder names them), not
         # silently ignored
-        self.items = [(p, index.get(labels.get(p), -1)) for p in files if p.parent in folders]
+        self.items = mixed([(p, index.get(labels.get(p), -1)) for p in files if p.parent in folders])
         self.path = str(base)
         unlabelled = frozenset(p for p, c in labels.items() if c is None)
         self.decode = partial(decode_clip, spec=self.spec, unlabelled=unlabelled)

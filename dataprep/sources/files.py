@@ -14,6 +14,7 @@ from ..parallel import ordered_map
 from .base import BadSample, Chunk, Source
 
 DECODE_BLOCK = 64  # files per task: amortises the round trip to a worker, small enough to balance 16 workers
+ORDER_SEED = 0  # fixed: the same folder always converts to the same samples in the same order
 
 
 def _safe(decode: Callable, path: Path):
@@ -91,6 +92,13 @@ class FileSource(Source):
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
         length = None if not lengths or lengths[0] is None else np.asarray(lengths, np.int64)
         return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names)
+
+
+def mixed(items: list[tuple[Path, int]]) -> list[tuple[Path, int]]:
+    """The files in a seeded random order, the samples' order in every format: a listing sorted by class would put
+    one class in each stream shard, where a shuffled batch is drawn from one shard, and make `--limit N` the first
+    classes alone."""
+    return [items[i] for i in np.random.default_rng(ORDER_SEED).permutation(len(items))]
 
 
 def list_files(folder: Path) -> list[Path]:

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from .base import InputError
-from .files import FileSource, list_files
+from .files import FileSource, list_files, mixed
 from .images import IMAGE_EXTS, decode_image
 
 
@@ -40,4 +40,5 @@ class ImageFolderSource(FileSource):
             self.items = [(p, index[p.parts[depth]]) for p in files]
         if not any(p.suffix.lower() in IMAGE_EXTS for p, _ in self.items):
             raise InputError(f"{base}: no .png/.jpg/.jpeg files below it")
+        self.items = mixed(self.items)
         self.decode = partial(decode_image, size=size)

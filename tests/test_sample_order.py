@@ -1,0 +1,43 @@
+"""The order samples are stored in: a folder sorted by class is stored in a seeded random order, so a prefix of it
+(`--limit N`) and each stream shard hold every class in proportion, and a shuffled stream batch mixes them."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dataprep.convert import ConvertConfig, convert
+from loaders import build_loader
+
+
+def _convert(root, out, limit: int, formats: tuple[str, ...]):
+    return convert(ConvertConfig(output=out, input=root, formats=formats, limit=limit, workers=1, progress=False))
+
+
+def test_a_limited_conversion_of_a_class_folder_spreads_over_its_classes(cifar_jpg_root, tmp_path):
+    """--limit 500 of CIFAR-10's class folders holds all ten classes, none far from a tenth (sorted: airplanes only)."""
+    import h5py
+
+    _convert(cifar_jpg_root, tmp_path / "d", 500, ("hdf5",))
+    with h5py.File(next((tmp_path / "d").rglob("*.h5"))) as f:
+        counts = np.bincount(np.asarray(f["y"]), minlength=10)
+    assert counts.min() >= 25 and counts.max() <= 80, counts
+
+
+def test_the_same_folder_converts_to_the_same_order(cifar_jpg_root, tmp_path):
+    """The order is seeded: two conversions of one folder give the same samples in the same order (one digest)."""
+    a = _convert(cifar_jpg_root, tmp_path / "a", 300, ("hdf5",))
+    b = _convert(cifar_jpg_root, tmp_path / "b", 300, ("hdf5",))
+    assert a["digest"] == b["digest"]
+
+
+def test_a_shuffled_stream_batch_mixes_the_classes(cifar_jpg_root, tmp_path, monkeypatch):
+    """Every shuffled stream batch of 128 from 3,000 CIFAR-10 images holds at least 8 of the 10 classes (a batch is
+    drawn from one shard: stored by class, each held one class)."""
+    import dataprep.formats.stream as stream
+
+    monkeypatch.setattr(stream, "SHARD_BYTES", 1 << 20)
+    _convert(cifar_jpg_root, tmp_path / "s", 3000, ("stream",))
+    with build_loader("stream", tmp_path / "s", batch_size=128, workers=0, augment=False) as loader:
+        classes = [len(torch.unique(b.y)) for b in loader]
+    assert len(classes) == 3000 // 128 and min(classes) >= 8, classes
