@@ -41,3 +41,19 @@ def test_a_shuffled_stream_batch_mixes_the_classes(cifar_jpg_root, tmp_path, mon
     with build_loader("stream", tmp_path / "s", batch_size=128, workers=0, augment=False) as loader:
         classes = [len(torch.unique(b.y)) for b in loader]
     assert len(classes) == 3000 // 128 and min(classes) >= 8, classes
+
+
+def test_a_stream_shard_holds_at_most_1024_samples(tmp_path):
+    """3,000 CIFAR-sized images make 3 shards or more, none over 1,024 samples, so 4 loader workers each read whole
+    shards of their own (in 16 MiB shards all 3,000 were one shard, split between the workers)."""
+    import json
+
+    from dataprep.formats.stream import DIRNAME, INDEX
+
+    convert(
+        ConvertConfig(
+            output=tmp_path / "s", source="synthetic-images", limit=3000, formats=("stream",), workers=1, progress=False
+        )
+    )
+    sizes = [c["chunk_size"] for c in json.loads((tmp_path / "s" / DIRNAME / INDEX).read_text())["chunks"]]
+    assert sum(sizes) == 3000 and len(sizes) >= 3 and max(sizes) <= 1024, sizes

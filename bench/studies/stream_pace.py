@@ -18,15 +18,17 @@ import time
 from pathlib import Path
 
 
-def prepare(source: str, url: str, shard_mib: float) -> None:
-    """`dataprep convert --format stream` of the images at `source` into `url`, shards of `shard_mib` MiB."""
+def prepare(source: str, url: str, shard_mib: float | None) -> None:
+    """`dataprep convert --format stream` of the images at `source` into `url`: shards of `shard_mib` MiB, or of the
+    product's own size (dataprep.formats.stream.shard_samples) when None."""
     import dataprep.formats.stream as stream
     from dataprep.convert import ConvertConfig, convert
 
-    stream.SHARD_BYTES = int(shard_mib * (1 << 20))  # the study's own knob; the product writes its default
+    if shard_mib:  # the study's own knob: shards of that many bytes
+        stream.SHARD_SAMPLES, stream.SHARD_BYTES = 1 << 30, int(shard_mib * (1 << 20))
     t0 = time.perf_counter()
     convert(ConvertConfig(output=url, input=Path(source), formats=("stream",), workers=os.cpu_count(), progress=False))
-    print(f"prepared {url} ({shard_mib} MiB shards) in {time.perf_counter() - t0:.1f} s", flush=True)
+    print(f"prepared {url} ({shard_mib or 'default'} MiB shards) in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
 class Monitor(threading.Thread):
@@ -116,7 +118,7 @@ def main() -> None:
     a = sub.add_parser("prepare")
     a.add_argument("--input", required=True)
     a.add_argument("--url", required=True)
-    a.add_argument("--shard-mib", type=float, default=16)
+    a.add_argument("--shard-mib", type=float, default=None, help="[default: the product's shards]")
     c = sub.add_parser("cell")
     c.add_argument("--url", required=True)
     c.add_argument("--workers", type=int, required=True)

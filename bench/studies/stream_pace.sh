@@ -21,11 +21,11 @@ if [ ! -f /tmp/serve.env ]; then
 fi
 source /tmp/serve.env
 for spec in ${PACE_PREPARE:-c16:16 c2:2}; do
-  name=${spec%%:*}; mib=${spec##*:}
+  name=${spec%%:*}; mib=${spec#"$name"}; mib=${mib#:}
   [ -f /tmp/pace/prepared-$name ] || { python3 -m bench.studies.stream_pace prepare --input /tmp/cifar/train \
-    --url s3://data/$name --shard-mib "$mib" && touch /tmp/pace/prepared-$name; } || exit 1
+    --url s3://data/$name ${mib:+--shard-mib $mib} && touch /tmp/pace/prepared-$name; } || exit 1
 done
-cells=${PACE_CELLS:-"c16 0;c16 1;c16 2;c16 4;c16 8;c16 4 1;c16 8 1;c2 4;c2 8;c2 16"}
+cells=${PACE_CELLS-"c16 0;c16 1;c16 2;c16 4;c16 8;c16 4 1;c16 8 1;c2 4;c2 8;c2 16"}
 IFS=';' read -ra list <<< "$cells"
 for c in "${list[@]}"; do
   read -r name w t <<< "$c"
@@ -33,8 +33,8 @@ for c in "${list[@]}"; do
   timeout ${PACE_CELL_S:-120} python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" \
     ${t:+--threads $t} --out "/tmp/pace/$tag.json" 2>&1 | tail -n 4
 done
-if [ -x /tmp/pyspy/bin/py-spy ] && [ -n "${PACE_PROFILE:-c16 4}" ]; then
-  read -r name w <<< "${PACE_PROFILE:-c16 4}"
+if [ -x /tmp/pyspy/bin/py-spy ] && [ -n "${PACE_PROFILE-c16 4}" ]; then
+  read -r name w <<< "${PACE_PROFILE-c16 4}"
   timeout 120 /tmp/pyspy/bin/py-spy record --subprocesses -r 50 -f raw -o /tmp/pace/profile_${name}_w$w.txt -- \
     python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" --epochs 1 \
     --out /tmp/pace/profiled_${name}_w$w.json 2>&1 | tail -n 3

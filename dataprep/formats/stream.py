@@ -2,7 +2,7 @@
 S3-compatible object storage (`dataprep convert --output s3://BUCKET/PREFIX` uploads the whole directory).
 
     stream/index.json                 LitData's index: every chunk's file, size and sample count, the item format
-    stream/chunk-0-0.bin, ...         LitData's chunks of about SHARD_BYTES each, samples in manifest order
+    stream/chunk-0-0.bin, ...         LitData's chunks of shard_samples() samples each, in manifest order
 
 Sample k (manifest order) is the item {"x": raw bytes, "y": label, ["length": valid samples], ["txt": caption]}:
 `x` is the little-endian bytes of the sample as every format stores it (uint8 HWC pixels, float32 clip, float16
@@ -28,9 +28,15 @@ from .base import DatasetMeta, FormatWriter
 DIRNAME = "stream"
 INDEX = "index.json"  # LitData's list of the shards, in DIRNAME
 X, Y, LENGTH, TEXT = "x", "y", "length", "txt"  # an item's keys: sample bytes, label, (audio) length, (captions) text
-# one object per ~16 MiB: a GET that long hides 50 ms of latency at 1 GB/s (16 ms of transfer would not), while a
-# 50,000-image CIFAR set still makes 9 shards to shuffle and to deal out to ranks
+# at most SHARD_SAMPLES samples and SHARD_BYTES a shard: enough shards for each loader worker of each rank to read
+# whole shards of its own (LitData splits a shard between workers otherwise, and each reads all of it: see
+# docs/BENCHMARKS.md, finding 8), in objects large enough that a GET's latency is small beside its transfer
+SHARD_SAMPLES = 1024
 SHARD_BYTES = 16 << 20
+
+
+def shard_samples(record_bytes: int) -> int:
+    return max(1, min(SHARD_SAMPLES, SHARD_BYTES // record_bytes))
 
 
 def item(chunk: Chunk, k: int) -> dict:
@@ -72,7 +78,7 @@ class StreamWriter(FormatWriter):
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
-        self.writer = BinaryWriter(str(self.root), chunk_bytes=SHARD_BYTES)
+        self.writer = BinaryWriter(str(self.root), chunk_size=shard_samples(meta.record_bytes))
         self.count = 0
 
     def write(self, chunk: Chunk, encoded: None = None) -> None:
