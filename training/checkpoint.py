@@ -10,6 +10,7 @@ never trained on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import random
@@ -29,6 +30,12 @@ FORMAT = "gpufeed-train-ckpt-1"  # bump when the layout changes; older files the
 # the sha256 of everything else the file holds (contents_digest): torch's zip reader checks no CRC, so bytes damaged on
 # disk would otherwise load as changed weights. It costs about what torch.save does (0.3 s for 256 MB on a CPU core)
 DIGEST = "sha256"
+# why a write fails for want of room, and what frees it; any other OSError gets a generic fix
+NO_ROOM = {
+    errno.ENOSPC: "free space on that disk",
+    errno.EDQUOT: "free space within your disk quota (quota -s shows it)",
+    errno.EFBIG: "raise the file size limit (ulimit -f) or write to a filesystem that takes files this large",
+}
 # resuming with a different value is refused: it would not take effect, or not cleanly
 MUST_MATCH = {
     "batch_size": "it fixes the data order",
@@ -69,14 +76,52 @@ def _plain(obj: dict) -> dict:
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
-    """Write `state` to `path` atomically, with the digest of its contents: a crash mid-write leaves the previous
-    checkpoint intact."""
+    """Write `state` to `path` atomically, with the digest of its contents: a crash or a full disk mid-write leaves the
+    previous checkpoint intact; a failed write is a CheckpointError naming the file, the cause and the fix."""
     path = Path(path)
     state = {"format": FORMAT, **state}
     state[DIGEST] = contents_digest(state)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with written(path) as tmp:
-        torch.save(state, tmp)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with written(path) as tmp, open(tmp, "wb") as f:
+            sink = _Sink(f)
+            try:
+                torch.save(state, sink)
+            except RuntimeError:
+                if sink.error is None:
+                    raise
+            if sink.error is not None:  # torch reports a failed write as a RuntimeError of its own, or not at all
+                raise sink.error
+    except OSError as e:
+        raise CheckpointError(_not_written(path, state.get("step"), e)) from None
+
+
+class _Sink:
+    """The file torch.save writes to, keeping the OS's error: torch's zip writer swallows it and fails on a position
+    mismatch instead, which names neither the file nor the cause."""
+
+    def __init__(self, f) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = self.error or e
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _not_written(path: Path, step, error: OSError) -> str:
+    code = errno.errorcode.get(error.errno, "no errno")
+    fix = NO_ROOM.get(error.errno, f"check that {path.parent} is writable and its disk is healthy")
+    kept = f"{path.name} keeps the previous checkpoint" if path.exists() else "no checkpoint is there yet"
+    return (
+        f"{path}: checkpoint of step {step} not written ({error.strerror or error}, {code}); {kept}: {fix}, then "
+        "continue with --resume"
+    )
 
 
 def contents_digest(state: dict) -> str:
