@@ -1,5 +1,6 @@
-"""The worker processes of the DataLoader-based backends (torch, hdf5, stream): how they are kept out of the stop
-signals meant for training, and how their failures become one LoaderError naming the loader and the data."""
+"""The worker processes of the DataLoader-based backends (torch, hdf5, stream): how many a host can run, how they are
+kept out of the stop signals meant for training, and how their failures become one LoaderError naming the loader and
+the data."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def worker_limit() -> tuple[int, str]:
     procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     if procs != resource.RLIM_INFINITY:
         limits.append((max(1, procs // 2), f"half the process limit, ulimit -u {procs}, shared by all your processes"))
-    return min(limits)
+    return min(limits, key=lambda limit: limit[0])
 
 
 def too_many_workers(workers: int, option: str = "--workers") -> str | None:
