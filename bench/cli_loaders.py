@@ -12,6 +12,7 @@ import click
 
 from dataprep.cli_common import check_vae_option, renamed, take_renamed
 from dataprep.remote import is_remote
+from loaders.workers import too_many_workers
 from training.config import GRAD_SYNCS
 
 from .cli_checks import (
@@ -197,11 +198,14 @@ def grid_config(
     batch_sizes = parse_ints(batch_sizes or (str(cpu_batch) if cpu else "128"), "--batch-size", "128,512", 1)
     cores = cpus or allowed
     workers = workers or (",".join(map(str, dict.fromkeys((0, max(1, cores // 2), cores)))) if cpu else "0,4,8")
+    worker_counts = parse_ints(workers, "--workers", "0,4,8", 0)
+    if problem := too_many_workers(max(worker_counts)):  # as train refuses them
+        raise click.BadParameter(problem, param_hint="--workers")
     cfg = GridConfig(
         data=data,
         out=out or (remote_results_dir(data) if remote else default_results_dir(data)),
         backends=backends if remote else present_backends(manifest, backends, click.get_current_context()),
-        workers=parse_ints(workers, "--workers", "0,4,8", 0),
+        workers=worker_counts,
         pin_memory=parse_pins(pins),
         batch_sizes=batch_sizes,
         device=device,

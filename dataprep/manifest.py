@@ -7,7 +7,7 @@ import math
 import os
 from pathlib import Path
 
-from .paths import NotRegularError, OutsideError, inside, open_regular
+from .paths import NotRegularError, OutsideError, inside, names_inside, open_regular
 from .text import printable
 
 NAME = "manifest.json"
@@ -50,6 +50,11 @@ def load_manifest(data_dir: Path | str) -> dict:
     problem = _problem(manifest)
     if problem:
         raise ManifestError(f"{path}: {problem}; convert the data again")
+    try:  # checked on the manifest alone, so a dataset in object storage gets it as a local one does
+        for fmt in manifest["formats"].values():
+            names_inside(data_dir, (f["path"] for f in fmt.get("files", [])), source=path)
+    except OutsideError as e:
+        raise ManifestError(str(e)) from None
     return manifest
 
 

@@ -54,7 +54,7 @@ def all_inside(
     entries = entries if isinstance(entries, (list, tuple)) else list(entries)
     folders = set()
     for entry in entries:
-        if not isinstance(entry, str) or not entry or entry[0] == "/" or ".." in entry or "\0" in entry:
+        if _suspect(entry):
             scope.lexical(entry)  # the rare suspect gets the full test ("a..b" is a fine name)
         folders.add(entry.rpartition("/")[0])
     for folder in folders:
@@ -66,6 +66,22 @@ def all_inside(
                 head, _, name = entry.rpartition("/")
                 if head == folder and name in found:
                     scope.resolved(entry, os.path.join(path, name))
+
+
+def names_inside(
+    root: Path | str, entries: Iterable[str], *, source: Path | str, what: str = "data directory", fix: str = DATA_FIX
+) -> None:
+    """The test of `all_inside` that needs no file: every entry relative, without `..`. For a listing whose files
+    are elsewhere (a manifest downloaded from object storage) or not yet looked at (a manifest as it is loaded)."""
+    scope = _Scope(root, source, what, fix)
+    for entry in entries:
+        if _suspect(entry):
+            scope.lexical(entry)
+
+
+def _suspect(entry) -> bool:
+    """A string test that every bad name fails: only these get the full test."""
+    return not isinstance(entry, str) or not entry or entry[0] == "/" or ".." in entry or "\0" in entry
 
 
 def _links(folder: str) -> set[str]:

@@ -192,9 +192,7 @@ def load_remote_manifest(location) -> dict:
         try:
             return load_manifest(tmp)
         except ManifestError as e:
-            raise RemoteError(
-                str(e).replace(str(Path(tmp) / MANIFEST), f"{S3Url.parse(location)}/{MANIFEST}")
-            ) from None
+            raise RemoteError(str(e).replace(tmp, str(S3Url.parse(location)))) from None
 
 
 def open_object(location, name: str):

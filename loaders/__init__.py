@@ -44,7 +44,7 @@ def build_loader(name: str, data_dir: str | Path, **options):
     from dataprep.remote import RemoteError, S3Url, files_url, is_remote, load_remote_manifest
 
     from .base import LoaderOptions
-    from .integrity import check_format, fix
+    from .integrity import check_format, check_manifest, fix
 
     if name not in BACKENDS:
         raise LoaderError(f"unknown loader {name!r}; valid: {', '.join(BACKENDS)}")
@@ -68,8 +68,9 @@ def build_loader(name: str, data_dir: str | Path, **options):
         fmt = "files"
     module_name, cls_name = BACKENDS[name].split(":")
     try:  # backends import their optional libraries at module level or in __init__, so both are covered here
-        if not remote:
-            check_format(data_dir, manifest, fmt)  # cheap: sizes and headers, no hashing
+        # cheap: sizes and headers, no hashing; in object storage the manifest's own checks, and each shard's sha256
+        # as it is downloaded (the stream backend)
+        (check_manifest if remote else check_format)(data_dir, manifest, fmt)
         cls = getattr(importlib.import_module(module_name), cls_name)
         if name == "stream":
             location = str(S3Url.parse(data_dir)) if remote else None

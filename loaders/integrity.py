@@ -7,7 +7,9 @@ DataLoader worker. What is checked costs no hashing: every name found in the dir
 the FFCV header, field table, per-sample metadata and allocation table (every pointer inside the file); each DALI
 index line (extensions, sizes, offsets inside its shard); the `files` index against the listed files. A flipped bit
 that leaves all of these intact (a pixel, a tar header) passes: `dataprep verify` re-hashes every file and catches
-it, and the loaders then deliver the damaged values without crashing.
+it, and the loaders then deliver the damaged values without crashing. A dataset in object storage gets the checks
+that need the manifest alone (check_manifest), as a local one does: its files are not here to look at, and the
+stream loader checks each one's sha256 as it is downloaded.
 Measured costs are in docs/RELIABILITY.md."""
 
 from __future__ import annotations
@@ -33,21 +35,34 @@ def fix(data_dir: Path) -> str:
     return f"run `dataprep verify {data_dir}` to see what is damaged, or convert the data again"
 
 
-def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
-    """Raise DamagedDataError naming the first file of format `fmt` that does not match the manifest."""
-    data_dir = Path(data_dir)
+def check_manifest(data_dir: Path | str, manifest: dict, fmt: str) -> tuple[dict[str, int], int, tuple]:
+    """The checks that need the manifest alone, for a local directory and a dataset in object storage alike (whose
+    files are checked as they arrive); its listed names were checked as it was loaded (dataprep.manifest). Returns
+    format `fmt`'s listed files with their sizes, the sample count and the sample shape."""
+    where = manifest_name(data_dir)
     try:
-        listed = manifest["formats"][fmt]["files"]
-        sizes = {str(f["path"]): int(f["bytes"]) for f in listed}
+        sizes = {str(f["path"]): int(f["bytes"]) for f in manifest["formats"][fmt]["files"]}
         count, shape = int(manifest["count"]), tuple(int(s) for s in manifest["sample_shape"])
         np.dtype(manifest["dtype"])
     except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise DamagedDataError(
-            f"{data_dir / 'manifest.json'}: malformed ({type(e).__name__}: {e}); {fix(data_dir)}"
-        ) from None
+        raise DamagedDataError(f"{where}: malformed ({type(e).__name__}: {e}); {fix(data_dir)}") from None
     changed = changed_fields(manifest)  # a value edited after conversion changes what is delivered, silently
     if changed:
-        raise DamagedDataError(f"{data_dir / 'manifest.json'}: {changed[0]}; {fix(data_dir)}")
+        raise DamagedDataError(f"{where}: {changed[0]}; {fix(data_dir)}")
+    return sizes, count, shape
+
+
+def manifest_name(data_dir: Path | str) -> str:
+    """The manifest as messages name it: DIR/manifest.json, or s3://BUCKET/PREFIX/manifest.json."""
+    from dataprep.remote import MANIFEST, S3Url, is_remote
+
+    return f"{S3Url.parse(data_dir)}/{MANIFEST}" if is_remote(data_dir) else str(Path(data_dir) / MANIFEST)
+
+
+def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
+    """Raise DamagedDataError naming the first file of format `fmt` that does not match the manifest."""
+    sizes, count, shape = check_manifest(data_dir, manifest, fmt)
+    data_dir = Path(data_dir)
     # before anything is opened: a name leading out of the directory is refused (build_loader reports it as is); the
     # lstat each file gets anyway tells the links apart, which spares a directory listing per folder
     source = data_dir / "manifest.json"

@@ -1,12 +1,47 @@
-"""The worker processes of the DataLoader-based backends (torch, hdf5, stream): how they are kept out of the stop
-signals meant for training, and how their failures become one LoaderError naming the loader and the data."""
+"""The worker processes of the DataLoader-based backends (torch, hdf5, stream): how many a host can run, how they are
+kept out of the stop signals meant for training, and how their failures become one LoaderError naming the loader and
+the data."""
 
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+# loading is CPU work or waits on storage: past this many workers a core, more of them only queue for the CPU
+PER_CORE = 8
+# descriptors a worker costs the process that starts it: 5 measured for its queue and its process, the rest for the
+# batches it has in flight (torch shares each of their tensors through a descriptor of its own)
+FILES_PER_WORKER = 16
+FILES_KEPT = 256  # for the run itself: data files and shards, logs, the libraries it loads
+
+
+def worker_limit() -> tuple[int, str]:
+    """The most loader workers one process can start on this host, and why: the tightest of its cores, its open-files
+    limit and its process limit (which every process of the user shares)."""
+    cores = len(os.sched_getaffinity(0))
+    limits = [(PER_CORE * cores, f"{PER_CORE} a core on {cores} core{'s' * (cores > 1)}")]
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if files != resource.RLIM_INFINITY:
+        by_files = max(1, (files - FILES_KEPT) // FILES_PER_WORKER)
+        limits.append((by_files, f"the open-files limit, ulimit -n {files}, at {FILES_PER_WORKER} a worker"))
+    procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if procs != resource.RLIM_INFINITY:
+        limits.append((max(1, procs // 2), f"half the process limit, ulimit -u {procs}, shared by all your processes"))
+    return min(limits, key=lambda limit: limit[0])
+
+
+def too_many_workers(workers: int, option: str = "--workers") -> str | None:
+    """The one-line refusal of a worker count this host cannot run (worker_limit), or None."""
+    limit, why = worker_limit()
+    if workers <= limit:
+        return None
+    return (
+        f"{option} {workers}: more workers than this host can run, at most {limit} here ({why}); pass {option} "
+        f"{limit} or fewer"
+    )
 
 
 def leave_stop_signals_to_the_parent(_worker_id: int) -> None:

@@ -23,6 +23,7 @@ from .checkpoint import (
     load_checkpoint,
     remove_leftovers,
     restore_rng,
+    unchecked_note,
 )
 from .compile_cache import for_run, since_launch
 from .config import TrainConfig
@@ -196,8 +197,9 @@ def _resume(
     if cfg.resume:
         state = load_checkpoint(ckpt_path, model_config=model_config, train_config=train_config)
         note = check_data(ckpt_path, state.get("data"), record["data"], cfg.resume_other_data)
-        if note and info.main:
-            print(f"resume: {note}", file=sys.stderr)
+        for line in (unchecked_note(ckpt_path, state), note) if info.main else ():
+            if line:
+                print(f"resume: {line}", file=sys.stderr)
         if note and state.get("data"):  # an override: the checkpoint keeps what the run trained on before
             record["data_before"] = [*state.get("data_before", []), {"until_step": state["step"], **state["data"]}]
         for name, obj in stateful.items():
