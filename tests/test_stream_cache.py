@@ -5,6 +5,7 @@ where gpufeed says what went wrong itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -150,23 +151,23 @@ def test_good_cache_limits_reach_litdata_as_bytes(local, tmp_path):
         assert loader._dl.dataset.max_cache_size == 500 * 10**6
 
 
-def damage_offsets(data: Path, out: Path) -> Path:
-    """A copy of `data` whose chunk-0-1.bin has its first item offset pointed past the end (same size)."""
+def damage_count(data: Path, out: Path) -> Path:
+    """A copy of `data` whose chunk-0-1.bin says it holds a million items (same size, its offsets intact)."""
     import shutil
 
     shutil.copytree(data, out)
     shard = out / "stream" / "chunk-0-1.bin"
     blob = bytearray(shard.read_bytes())
-    blob[8:12] = (10**8).to_bytes(4, "little")
+    blob[0:4] = (10**6).to_bytes(4, "little")
     shard.write_bytes(bytes(blob))
     return out
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_damaged_local_shard_is_named(local, tmp_path, workers):
-    """A local shard whose item offsets are damaged: one line naming the shard, that it is damaged, and `dataprep
-    verify DIR`, not LitData's "unpack requires a buffer of 8 bytes"."""
-    data = damage_offsets(local, tmp_path / "damaged")
+    """A local shard whose header is damaged: one line naming the shard, that it is damaged, and `dataprep verify
+    DIR` (not LitData's RuntimeError, or a worker's traceback text)."""
+    data = damage_count(local, tmp_path / "damaged")
     shard = data / "stream" / "chunk-0-1.bin"
     with pytest.raises(LoaderError, match=rf"^{shard}: damaged shard .*`dataprep verify {data}`"):
         with build_loader("stream", data, workers=workers, **KW) as loader:
@@ -174,6 +175,24 @@ def test_damaged_local_shard_is_named(local, tmp_path, workers):
                 pass
     if workers == 0:
         one_clean_line(train(data, tmp_path / "run", "--workers", "0"), f"{shard}: damaged shard", "dataprep verify")
+
+
+def test_unpack_error_of_a_damaged_local_shard_is_named(local, tmp_path):
+    """LitData's "unpack requires a buffer" on local shards (item offsets past the end: which reading path meets it
+    depends on LitData's mmap choices) means the shard whose sha256 differs, named with `dataprep verify DIR`; an
+    error of intact shards is left as it is."""
+    import struct
+
+    from dataprep.formats.stream import read_failure
+
+    manifest = json.loads((local / "manifest.json").read_text())
+    error = struct.error("unpack requires a buffer of 8 bytes")
+    assert read_failure(error, local, manifest) is None
+    data = damage_count(local, tmp_path / "damaged")
+    assert read_failure(error, data, manifest) == (
+        f"{data / 'stream' / 'chunk-0-1.bin'}: damaged shard (its sha256 differs from the manifest's); restore it or "
+        f"convert the data again (`dataprep verify {data}` checks every file)"
+    )
 
 
 def changed_in_store(seaweed, name: str, change) -> str:
