@@ -6,9 +6,10 @@ keeps them in a local cache bounded by `cache_limit` (evicting what was read), s
 every sample within its shard: a function of seed and epoch), deals shards to ranks and workers so that with
 drop_last every rank gets the same number of full batches, and resumes mid-epoch from a count of samples
 (`start_at`). gpufeed adds three things around it: the cache is a folder of this loader's own, removed by close(),
-at exit, or by the next loader once the process that made it is gone; every downloaded shard is checked against the
-manifest's sha256 before LitData reads it (a damaged shard fails naming its hash); and a worker that waits longer
-than `STALL_S` for a batch (a server gone for good) stops the run with the endpoint named instead of hanging.
+at exit, or by the next loader once its lock is free (loaders.stream_cache); every downloaded shard is checked
+against the manifest's sha256 before LitData reads it (a damaged shard fails naming its hash: loaders.stream_checks);
+and a worker that waits longer than `STALL_S` for a batch (a server gone for good) stops the run with the endpoint
+named instead of hanging.
 
 Knobs: workers -> LitData's DataLoader workers, each reading its own shards (unshuffled, one reader keeps the
 manifest's order: LitData hands each worker a contiguous part of it); pin_memory -> pin_memory; prefetch ->
@@ -17,25 +18,24 @@ prefetch_factor, and shards downloaded ahead per worker (at least 2); cache_limi
 from __future__ import annotations
 
 import atexit
-import hashlib
 import itertools
-import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from dataprep.formats.stream import DIRNAME, INDEX, unpack
+from dataprep.formats.stream import DIRNAME, INDEX, read_failure, unpack
 from dataprep.text import printable
 
 from .base import Batch, Loader
+from .errors import LoaderError
+from .stream_cache import DEFAULT_CACHE, CacheFolder, parse_size  # noqa: F401 - DEFAULT_CACHE: for the studies
+from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
 from .workers import leave_stop_signals_to_the_parent, worker_errors
 
-HASHES = ".gpufeed-sha256.json"  # the manifest's shard hashes, beside LitData's cache, for the checking downloader
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
 STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
@@ -45,54 +45,6 @@ ATTEMPTS = 10
 CONNECT_S, READ_S = 3.0, 60.0  # a live server connects in milliseconds; a 16 MiB shard at 1 MB/s arrives in pieces
 TORCH_DTYPES = {"uint8": torch.uint8, "float32": torch.float32, "float16": torch.float16}
 DECODE_ROWS = 256  # LitData's rows per decoded block (its _DEFAULT_BATCH_ROWS: Arrow record batches in a shard)
-DEFAULT_CACHE = "GPUFEED_STREAM_CACHE"  # where the cache folders go (default: the system's temporary folder)
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get(DEFAULT_CACHE) or Path(tempfile.gettempdir()) / "gpufeed-stream")
-
-
-def remove_stale_caches(root: Path) -> None:
-    """Cache folders of loaders whose process has ended (killed before close()): `cache-PID-...`."""
-    for folder in root.glob("cache-*-*"):
-        pid = folder.name.split("-")[1]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
-def checking_downloader():
-    """LitData's S3 downloader, checking each shard's sha256 (listed in HASHES above the cache) before publishing it
-    to the reader: LitData itself trusts whatever bytes arrive."""
-    from litdata.streaming.downloader import S3Downloader
-
-    from dataprep.remote import dataset_of
-
-    class CheckingS3Downloader(S3Downloader):
-        def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
-            name = os.path.basename(local_filepath)
-            expected = _expected_hashes(Path(local_filepath).parent).get(name)
-            if expected is not None:
-                got = _sha256(tmp_path)
-                if got != expected:
-                    os.remove(tmp_path)
-                    from .integrity import DamagedDataError
-
-                    raise DamagedDataError(
-                        f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, the manifest says "
-                        f"{expected}; restore it or convert the data again (dataprep verify "
-                        f"{dataset_of(self._remote_dir.rsplit('/', 1)[0])} checks every shard)"
-                    )
-            super()._publish_file(tmp_path, local_filepath)
-
-    return CheckingS3Downloader
 
 
 def plain_http_through_boto3() -> None:
@@ -118,13 +70,6 @@ def client_config():
     )
 
 
-def _expected_hashes(folder: Path) -> dict:
-    for parent in (folder, *folder.parents):
-        if (parent / HASHES).is_file():
-            return json.loads((parent / HASHES).read_text())
-    return {}
-
-
 def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths)."""
     x, y, length = unpack(items)
@@ -132,6 +77,7 @@ def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 plain_http_through_boto3()
+quiet_prefetch_crashes()
 
 
 class StreamLoader(Loader):
@@ -154,13 +100,14 @@ class StreamLoader(Loader):
 
         o = self.opts
         plain_http_through_boto3()  # again: the endpoint may have been set after this module was imported
-        root = cache_root()
-        root.mkdir(parents=True, exist_ok=True)
-        remove_stale_caches(root)
-        self.cache = Path(tempfile.mkdtemp(prefix=f"cache-{os.getpid()}-", dir=root))
-        atexit.register(shutil.rmtree, self.cache, True)  # also when close() is never called
+        try:
+            limit = None if o.cache_limit is None else parse_size(o.cache_limit)
+        except ValueError as e:
+            raise LoaderError(f"cache_limit: {e}") from None
         files = self.manifest["formats"]["stream"].get("files", [])
-        (self.cache / HASHES).write_text(json.dumps({Path(f["path"]).name: f["sha256"] for f in files}))
+        self._folder = CacheFolder({Path(f["path"]).name: f["sha256"] for f in files})
+        self.cache = self._folder.path
+        atexit.register(self._folder.close)  # also when close() is never called
         register_downloader("s3://", checking_downloader(), overwrite=True)
         source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
@@ -171,7 +118,7 @@ class StreamLoader(Loader):
             shuffle=o.shuffle,
             drop_last=o.drop_last,
             seed=o.seed,
-            max_cache_size=o.cache_limit,
+            max_cache_size=limit,
             max_pre_download=max(2, o.prefetch),
             # a shard's items in blocks of DECODE_ROWS, the blocks in random order and the items within each: every
             # block is decoded once, as the shard stores it (Arrow record batches of that many rows where pyarrow wrote
@@ -201,10 +148,10 @@ class StreamLoader(Loader):
         raise (a KeyError or ValueError from deep inside), as one line naming the index and the fix."""
         from dataprep.remote import S3Url, explain, from_s3_client
 
-        from .errors import LoaderError
-
         try:
             return fn(*args, **kwargs)
+        except LoaderError:  # worded already (the checking downloader's)
+            raise
         except Exception as e:
             if self.remote and from_s3_client(e):
                 raise LoaderError(str(explain(e, S3Url.parse(self.files), f"{DIRNAME}/{INDEX}"))) from None
@@ -253,7 +200,7 @@ class StreamLoader(Loader):
         is undone, so a resumed run (which restores the RNG before its first batch) trains on the noise an
         uninterrupted one does: the loader leaves torch's RNG as it found it."""
         o = self.opts
-        with worker_errors("stream", self.location), stalled(self.location):
+        with worker_errors("stream", self.location), stalled(self.location), self._reported():
             rng = torch.get_rng_state()
             batches = iter(self._dl)
             head = next(batches, None)
@@ -268,13 +215,27 @@ class StreamLoader(Loader):
                 )
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
 
+    @contextmanager
+    def _reported(self) -> Iterator[None]:
+        """A read's failure that gpufeed can word as one line: its own error inside LitData's report of a crashed
+        prefetch thread (a damaged or unreachable shard), or a local shard that does not match the manifest."""
+        try:
+            yield
+        except Exception as e:
+            message = crash_message(e)
+            if message is None and not self.remote:
+                message = read_failure(e, self.data_dir, self.manifest)
+            if message is None:
+                raise
+            raise LoaderError(message) from None
+
     def close(self) -> None:
         dl, self._dl = self._dl, None
         if dl is not None and getattr(dl, "_iterator", None) is not None:
             dl._iterator._shutdown_workers()
             dl._iterator = None
         if self.cache is not None:
-            shutil.rmtree(self.cache, ignore_errors=True)
+            self._folder.close()
             self.cache = None
 
 

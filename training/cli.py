@@ -34,6 +34,18 @@ def _d(name: str):
     return _defaults[name].default
 
 
+def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
+    """--cache-limit as bytes, refused here (not as a damaged index later) unless a positive, finite size."""
+    if value is None:
+        return None
+    from loaders.stream_cache import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--cache-limit") from None
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option(
     "--data",
@@ -114,8 +126,9 @@ def _d(name: str):
 @click.option(
     "--cache-limit",
     default=None,
-    help="The stream loader's local shard cache, e.g. 20GB; removed at exit "
-    "[default: LitData's, 75% of the free disk].",
+    callback=_cache_size,
+    help="The stream loader's local shard cache, e.g. 20GB or 500MB (powers of 1000; LitData warns below 25GB); "
+    "removed at exit [default: LitData's, 75% of the free disk].",
 )
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
 @click.option(

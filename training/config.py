@@ -63,7 +63,7 @@ class TrainConfig:
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
-    cache_limit: str | None = None  # stream loader: local disk for shards ("20GB"); None: LitData's default budget
+    cache_limit: int | str | None = None  # stream loader: local disk for shards (bytes, "20GB"); None: LitData's budget
     augment: bool = True  # random horizontal flip for images, as in the paper
     out: Path = Path("runs/train")  # RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/
     resume: bool = False  # continue from RUN_DIR/ckpt.pt; without it an existing checkpoint is an error, never lost

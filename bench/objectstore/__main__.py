@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sys
 import time
 from pathlib import Path
 
-from .seaweed import SeaweedServer
+from .seaweed import SeaweedServer, ServerError
 
 
 def main() -> None:
@@ -20,6 +21,10 @@ def main() -> None:
     a = p.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the server too, as Ctrl-C does
     server = SeaweedServer(a.directory) if a.port is None else SeaweedServer(a.directory, port=a.port)
+    try:
+        server.start()
+    except ServerError as e:
+        sys.exit(f"python -m bench.objectstore serve: {e}")
     with server:
         import boto3
 

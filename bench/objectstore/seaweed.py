@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -58,6 +59,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_taken(port: int) -> bool:
+    """Whether something holds 127.0.0.1:`port` (a listener there, or on every address). SO_REUSEADDR, as weed's own
+    listeners have: a port its previous run left in TIME_WAIT is free to it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 @dataclass
@@ -116,6 +129,7 @@ class SeaweedServer:
         ]
 
     def start(self, wait: float = READY_S) -> SeaweedServer:
+        self._check_ports()
         (self.directory / "data").mkdir(parents=True, exist_ok=True)
         volumes = len(list((self.directory / "data").glob("*.dat")))  # a restart's data from before
         identity = {
@@ -130,6 +144,18 @@ class SeaweedServer:
         log.close()
         self._wait_ready(wait, volumes)
         return self
+
+    def _check_ports(self) -> None:
+        """Refuse to start on a port that is taken: weed would run on without its listener there, and whatever
+        answers on it would be taken for this server."""
+        if port_taken(self.port):
+            raise ServerError(
+                f"127.0.0.1:{self.port} is taken (another program listens there); give another --port, or leave it "
+                "out for a free one"
+            )
+        taken = next((name for name, port in self.ports.items() if port_taken(port)), None)
+        if taken:
+            raise ServerError(f"127.0.0.1:{self.ports[taken]}, picked for weed's {taken}, was taken since; start again")
 
     def _wait_ready(self, wait: float, volumes: int = 0) -> None:
         """Until a signed request is answered and the master knows the `volumes` found on disk: the S3 port opens
@@ -146,23 +172,47 @@ class SeaweedServer:
             region_name=self.region,
             config=Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5),
         )
-        deadline = time.monotonic() + wait
+        deadline, token = time.monotonic() + wait, secrets.token_hex(8).encode()
         while True:
             if self.process.poll() is not None:
                 raise ServerError(f"weed exited with {self.process.returncode}; see {self.directory / 'weed.log'}")
             try:
-                client.put_object(Bucket="gpufeed-ready", Key="probe", Body=b"")
+                client.put_object(Bucket="gpufeed-ready", Key="probe", Body=token)
                 client.list_buckets()
+                self._check_answer_is_ours(token)
                 known = self._volumes_known()
                 if known >= volumes:
                     return
                 why = f"the master knows {known} of the {volumes} volumes on disk"
+            except ServerError:
+                raise
             except Exception as e:  # connection refused, 503 while the filer starts: both mean "not yet"
                 why = str(e)
             if time.monotonic() > deadline:
                 self.stop()
                 raise ServerError(f"SeaweedFS not ready after {wait:.0f} s ({why}); see {self.directory}/weed.log")
             time.sleep(0.25)
+
+    def _check_answer_is_ours(self, token: bytes) -> None:
+        """The S3 port answered; raise ServerError (this weed stopped) unless what it stored is in this weed's own
+        filer: another server on that port would answer just as well."""
+        import urllib.error
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.ports['filer.port']}/buckets/gpufeed-ready/probe"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                ours = answer.read() == token
+        except urllib.error.HTTPError as e:
+            if e.code != 404:  # the filer still starting: not yet
+                raise
+            ours = False  # the filer is up and has no such object: the write went to another server
+        if not ours:
+            self.stop()
+            raise ServerError(
+                f"127.0.0.1:{self.port} is answered by another server, not the weed started here; give another "
+                "--port, or leave it out for a free one"
+            )
 
     def _volumes_known(self) -> int:
         import urllib.request

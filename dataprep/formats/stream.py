@@ -16,11 +16,14 @@ Why LitData and these chunks: docs/DESIGN.md ("Data in object storage")."""
 from __future__ import annotations
 
 import json
+import pickle
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from ..digest import file_sha256
 from ..paths import inside
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
@@ -33,6 +36,8 @@ X, Y, LENGTH, TEXT = "x", "y", "length", "txt"  # an item's keys: sample bytes, 
 # docs/BENCHMARKS.md, finding 8), in objects large enough that a GET's latency is small beside its transfer
 SHARD_SAMPLES = 1024
 SHARD_BYTES = 16 << 20
+# what LitData's reader raises on a shard whose bytes are not what it wrote (offsets past the end, a wrong item count)
+DECODE_ERRORS = (struct.error, ValueError, KeyError, IndexError, EOFError, pickle.UnpicklingError)
 
 
 def shard_samples(record_bytes: int) -> int:
@@ -109,17 +114,50 @@ def check_index(data_dir: Path, count: int) -> str | None:
     return None if total == count else f"{index}: {total} samples in its chunks, the manifest says {count}"
 
 
+def damaged_shard(data_dir: Path, manifest: dict) -> str | None:
+    """The first local file of the stream format whose bytes differ from the manifest's sha256, as one line with the
+    fix; None when every one matches."""
+    fix = f"restore it or convert the data again (`dataprep verify {data_dir}` checks every file)"
+    for f in manifest["formats"][DIRNAME]["files"]:
+        path = Path(data_dir) / f["path"]
+        try:
+            same = file_sha256(path) == f["sha256"]
+        except OSError as e:
+            return f"{path}: unreadable ({e.strerror or e}); {fix}"
+        if not same:
+            return f"{path}: damaged shard (its sha256 differs from the manifest's); {fix}"
+    return None
+
+
+def read_failure(error: BaseException, data_dir: Path, manifest: dict) -> str | None:
+    """What LitData's failure to read local shards means, as one line naming the damaged shard, where the error is one
+    a damaged shard raises (in a DataLoader worker too, re-raised as its type) and a shard differs from the manifest;
+    None otherwise. The shards are hashed only then: a failed read, not every read, pays for it."""
+    text = str(error)
+    decoding = isinstance(error, DECODE_ERRORS) or (isinstance(error, RuntimeError) and "chunk" in text.lower())
+    if not decoding or "DataLoader timed out" in text:
+        return None
+    return damaged_shard(Path(data_dir), manifest)
+
+
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
-    """Samples in manifest order through LitData's own reader (unshuffled, in this process)."""
+    """Samples in manifest order through LitData's own reader (unshuffled, in this process); a damaged shard stops it
+    with a ValueError naming the shard."""
     from litdata import StreamingDataset
 
     folder = shard_folder(Path(data_dir))
     dataset = StreamingDataset(str(folder), shuffle=False, drop_last=False)
     pending = []
-    for sample in dataset:
-        pending.append(sample)
-        if len(pending) == chunk_size:
-            yield decode(pending, manifest)
-            pending = []
+    try:
+        for sample in dataset:
+            pending.append(sample)
+            if len(pending) == chunk_size:
+                yield decode(pending, manifest)
+                pending = []
+    except Exception as e:
+        message = read_failure(e, data_dir, manifest)
+        if message is None:
+            raise
+        raise ValueError(message) from None
     if pending:
         yield decode(pending, manifest)

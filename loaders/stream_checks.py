@@ -1,0 +1,93 @@
+"""What the stream loader adds to LitData's reading of shards from object storage: each downloaded file checked
+against the manifest's sha256 before the reader sees it, the S3 client's errors worded as one line, and LitData's
+traceback print of a crashed prefetch thread left out for the errors gpufeed words itself."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from dataprep.digest import file_sha256
+from dataprep.formats.stream import INDEX
+from dataprep.remote import dataset_of
+
+from .errors import LoaderError
+from .stream_cache import expected_hashes
+
+# gpufeed's own message inside LitData's report of a crashed prefetch thread (a worker's, as text)
+CRASH = re.compile(r"Original error: (?:LoaderError|DamagedDataError): (.*)$")
+
+
+def checking_downloader():
+    """LitData's S3 downloader, checking each file's sha256 (the manifest's, kept in the cache folder) before
+    publishing it to the reader (LitData itself trusts whatever bytes arrive), and reporting the S3 client's errors
+    as one line naming the endpoint, the object and what to do."""
+    from litdata.streaming.downloader import S3Downloader
+
+    class CheckingS3Downloader(S3Downloader):
+        def download_file(self, remote_filepath: str, local_filepath: str) -> None:
+            from dataprep.remote import S3Url, explain, from_s3_client
+
+            try:
+                super().download_file(remote_filepath, local_filepath)
+            except Exception as e:
+                if not from_s3_client(e):
+                    raise
+                raise LoaderError(str(explain(e, S3Url.parse(remote_filepath)))) from None
+
+        def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
+            name = os.path.basename(local_filepath)
+            hashes = expected_hashes(Path(local_filepath))
+            if hashes is None and name == INDEX:  # LitData's look at the index's `updated_at`, in a scratch folder:
+                return super()._publish_file(tmp_path, local_filepath)  # the index it reads comes through the cache
+            if hashes is None:
+                raise LoaderError(
+                    f"{local_filepath}: not inside a stream loader's cache folder, so it cannot be checked against the "
+                    "manifest; read the data through loaders.build_loader('stream', ...)"
+                )
+            expected = hashes.get(name)
+            got = file_sha256(Path(tmp_path))
+            if got != expected:
+                os.remove(tmp_path)
+                from .integrity import DamagedDataError
+
+                listed = f"the manifest says {expected}" if expected else "the manifest does not list it"
+                raise DamagedDataError(
+                    f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, {listed}; restore it or convert the "
+                    f"data again (dataprep verify {dataset_of(self._remote_dir.rsplit('/', 1)[0])} checks every shard)"
+                )
+            super()._publish_file(tmp_path, local_filepath)
+
+    return CheckingS3Downloader
+
+
+def quiet_prefetch_crashes() -> None:
+    """LitData prints the whole traceback of a prefetch thread that died (its `_report_crash`) before the reader
+    raises the error again; for the errors gpufeed words itself (LoaderError: a damaged shard, a store gone) that
+    wall of text would bury the one line that says what to do, so only those are left unprinted. Run at import, so
+    DataLoader workers do it too."""
+    try:
+        from litdata.streaming.reader import PrepareChunksThread
+    except ImportError:  # no 'stream' extra: build_loader says which to install
+        return
+    report = getattr(PrepareChunksThread, "_report_crash", None)
+    if report is None or getattr(report, "gpufeed", False):
+        return
+
+    def _report_crash(thread, exc: BaseException) -> None:
+        if not isinstance(exc, LoaderError):
+            report(thread, exc)
+
+    _report_crash.gpufeed = True
+    PrepareChunksThread._report_crash = _report_crash
+
+
+def crash_message(error: BaseException) -> str | None:
+    """gpufeed's own one-line message inside LitData's report of a crashed prefetch thread: the LoaderError it
+    chains in this process, or its text in a DataLoader worker's traceback; None when there is none."""
+    if isinstance(error.__cause__, LoaderError):
+        return str(error.__cause__)
+    text = str(error).strip()
+    found = CRASH.search(text.splitlines()[-1]) if text else None
+    return found.group(1) if found else None
