@@ -32,7 +32,7 @@ from dataprep.text import printable
 
 from .base import Batch, Loader
 from .errors import LoaderError
-from .stream_cache import DEFAULT_CACHE, CacheFolder, parse_size  # noqa: F401 - DEFAULT_CACHE: for the studies
+from .stream_cache import CacheFolder, parse_size
 from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
 from .workers import leave_stop_signals_to_the_parent, worker_errors
 

@@ -51,7 +51,7 @@ def batches(side: str, workers: int, cache: Path):
     from dataprep.formats.stream import DIRNAME
     from dataprep.remote import files_url, load_remote_manifest
     from loaders.base import finish_images
-    from loaders.stream_backend import client_config, collate, plain_http_through_boto3
+    from loaders.stream_backend import DECODE_ROWS, client_config, collate, plain_http_through_boto3
 
     plain_http_through_boto3()
     manifest = load_remote_manifest(URL)
@@ -62,8 +62,8 @@ def batches(side: str, workers: int, cache: Path):
         shuffle=True,
         drop_last=True,
         seed=0,
-        item_shuffle_window=0,
-        batch_decode="all",  # the stream backend's settings: the full in-chunk shuffle, each shard decoded once
+        item_shuffle_window=DECODE_ROWS,  # the stream backend's settings: blocks in random order, each decoded once
+        batch_decode=DECODE_ROWS,
         storage_options={"config": client_config()},
     )
     dl = StreamingDataLoader(ds, batch_size=128, num_workers=workers, collate_fn=collate, drop_last=True)
@@ -78,7 +78,7 @@ def batches(side: str, workers: int, cache: Path):
 
 def one_run(side: str, workers: int) -> dict:
     """Epoch 1 from an empty cache, then epoch 2 from the cache."""
-    from loaders.stream_backend import DEFAULT_CACHE
+    from loaders.stream_cache import DEFAULT_CACHE
 
     out: dict = {"side": side, "workers": workers}
     with tempfile.TemporaryDirectory(prefix=f"{side}-cache-") as cache:

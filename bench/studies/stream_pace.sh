@@ -55,4 +55,9 @@ if [ -n "${PACE_TRAIN:-}" ]; then
     mkdir -p "/tmp/pace/train_$tag" && cp /tmp/runs/$tag/summary.json /tmp/runs/$tag/metrics.jsonl "/tmp/pace/train_$tag/"
   done
 fi
+# PACE_OVERHEAD: worker counts for gpufeed's loader against LitData's own set alike (bench.studies.stream_overhead)
+if [ -n "${PACE_OVERHEAD:-}" ]; then
+  timeout ${PACE_OVERHEAD_S:-200} python3 -m bench.studies.stream_overhead --out /tmp/pace/overhead.json --images 50000 \
+    --workers "$PACE_OVERHEAD" --rounds 2 2>&1 | tail -n 12
+fi
 tar -C /tmp/pace -cf "$OUT/stream_pace.tar" . && ls -la "$OUT"
