@@ -33,7 +33,7 @@ class RunSummary:
     steps: int  # optimizer steps run by this call (a resumed run counts from its checkpoint)
     start_step: int  # the checkpoint step it resumed from, 0 for a fresh run
     samples_per_s: float  # all ranks, measured steps only (after timing_warmup), waiting for data included
-    starvation: dict  # StarvationSummary.to_dict() of this rank, + mean over ranks and worst rank (metrics.merged)
+    starvation: dict  # StarvationSummary.to_dict(); under DDP its `starvation` the group's (metrics.group_headline)
     first_batch_s: float  # data-stream start to first batch in hand: loader and worker start-up
     final_loss: float
     losses: list[float]  # per step from start_step + 1, rank 0's local loss

@@ -20,6 +20,7 @@ from loaders import backend_label
 
 from . import ddp
 from .config import TrainConfig
+from .summary import ranks_detail
 
 # metrics.jsonl keys -> TensorBoard tags ("host wait": the median time the host blocked on the next batch)
 BOARD_TAGS = {
@@ -57,6 +58,15 @@ def waited_on(idle: list[list[float]], span_s: float) -> dict:
         "waited_on_rank": rank if total > 0 else None,
         "waited_on_share": lost[rank] / total if total > 0 else None,
     }
+
+
+def group_headline(starvation: dict) -> dict:
+    """Under several ranks the headline `starvation` is the group's (`starvation_any`): a rank held at the all-reduce
+    by another's late input looks busy, so its own figure hides what every GPU lost. That own figure stays beside it
+    as `starvation_own`. One process: unchanged."""
+    if starvation.get("starvation_any") is None:
+        return starvation
+    return starvation | {"starvation": starvation["starvation_any"], "starvation_own": starvation["starvation"]}
 
 
 def merged(ranks: list[dict], key: str) -> dict:
@@ -140,13 +150,16 @@ class MetricsLog:
         n = len(timer.wall)
         width, self.last_logged = n - self.last_logged, n
         s = timer.summary(skip=n - width) if width >= 2 else None
-        rows = ddp.gather([loss, s.starvation if s else math.nan], self.info, self.device)  # one collective
+        # every rank has the same steps in its window: the idle seconds per step and the span ride the one collective
+        idle = [*timer.idle_per_step(n - width), s.wall_s] if s is not None and self.info.enabled else []
+        rows = ddp.gather([loss, s.starvation if s else math.nan, *idle], self.info, self.device)
         rec = {"step": step, "loss": sum(r[0] for r in rows) / len(rows)}
         if s is not None:
             rec |= self._rates(s, flops)
-            if self.info.enabled:  # every step waits for the slowest rank: its starvation idles every GPU
+            if self.info.enabled:  # every step waits for the slowest rank: its wait idles every GPU
                 ranks = [{"rank": r, "starvation": row[1]} for r, row in enumerate(rows)]
-                rec |= merged(ranks, "starvation")
+                group = waited_on([row[2:-1] for row in rows], sum(row[-1] for row in rows) / len(rows))
+                rec = group_headline(rec | merged(ranks, "starvation") | group)
         if self.file is None:
             return
         self.file.write(json.dumps(rec) + "\n")
@@ -156,15 +169,12 @@ class MetricsLog:
                 if key in rec:
                     self.board.add_scalar(tag, rec[key], step)
         if s is not None:
-            worst = ""
-            if self.info.enabled:
-                mean, r, top = rec["starvation_mean"], rec["starvation_worst_rank"], rec["starvation_max"]
-                worst = f" (mean {mean:.1%}, worst rank {r}: {top:.1%})"
+            detail = f" ({ranks_detail(rec, self.info.world_size)})" if self.info.enabled else ""
             # on a CPU the FLOP rate of a preset sized for it rounds to 0.0, and device memory and MFU have no meaning
             compute = f", {rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             self.write(
                 f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} img/s, wait "
-                f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{worst}"
+                f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{detail}"
                 + (compute if self.cuda else "")
             )
 
@@ -196,8 +206,9 @@ class MetricsLog:
             self.board.add_image("samples", np.asarray(Image.open(path).convert("RGB")), step, dataformats="HWC")
 
     def final(self, timer, flops: float | None, checksum: float) -> dict:
-        """Timing figures over the measured steps. Rates add up over ranks; starvation and host_behind are this
-        rank's, with their mean over ranks and the worst rank beside them; `ranks` holds every rank's own figures."""
+        """Timing figures over the measured steps. Rates add up over ranks; under several ranks `starvation` is the
+        time every rank lost to some rank's input (group_headline), with this rank's own, the mean over ranks and the
+        worst rank beside it; host_behind is this rank's, likewise; `ranks` holds every rank's own figures."""
         n = len(timer.wall)
         skip = max(0, min(self.cfg.timing_warmup, n - 2))  # a run shorter than its warm-up: its last 2 steps
         s = timer.summary(skip=skip) if n >= 2 else None
@@ -218,7 +229,9 @@ class MetricsLog:
             )
             if self.info.enabled:  # one more collective, on every rank alike (the same steps are measured)
                 rows = ddp.gather([*timer.idle_per_step(skip), s.wall_s], self.info, self.device)
-                starvation |= waited_on([r[:-1] for r in rows], sum(r[-1] for r in rows) / len(rows))
+                starvation = group_headline(
+                    starvation | waited_on([r[:-1] for r in rows], sum(r[-1] for r in rows) / len(rows))
+                )
             figures = {
                 "samples_per_s": sum(r["samples_per_s"] for r in ranks),
                 "starvation": starvation,

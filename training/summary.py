@@ -62,23 +62,46 @@ def timed_steps(starvation: dict, cfg: dict) -> str:
     return said
 
 
+def ranks_detail(s: dict, world: int) -> str:
+    """Under several ranks, beside the group's starvation: the rank the others waited for, then each rank's own
+    figure (rank 0's, the mean, the worst rank's), which a rank held at the all-reduce keeps low."""
+    who = ""
+    if s.get("waited_on_rank") is not None:
+        who = f"rank {s['waited_on_rank']} made the others wait, {s['waited_on_share']:.0%} of that time; "
+    own = s.get("starvation_own", s["starvation"])
+    return (
+        f"{who}each rank's own: rank 0 {own:.1%}, mean over {world} ranks {s['starvation_mean']:.1%}, "
+        f"worst rank {s['starvation_worst_rank']} {s['starvation_max']:.1%}"
+    )
+
+
+# what the headline is a share of: (on a GPU, under several ranks) -> words
+WAITING = {
+    (True, False): "the share of time the GPU sat idle waiting for data",
+    (False, False): "the share of time training waited for data",
+    (True, True): "the share of time every GPU sat idle waiting for some rank's data",
+    (False, True): "the share of time every rank waited for some rank's data",
+}
+
+
+def _starved(s: dict, world: int, device: str) -> str:
+    """The starvation headline: under several ranks the time every rank lost to some rank's input."""
+    if "starvation" not in s:
+        return "too few steps to time"
+    group = world > 1 and s.get("starvation_any") is not None
+    text = f"starvation {s['starvation_any'] if group else s['starvation']:.1%} "
+    text += f"({WAITING[str(device).startswith('cuda'), group]}"
+    if world > 1 and s.get("starvation_mean") is not None:
+        text += "; " + ranks_detail(s, world)
+    return text + ")"
+
+
 def lines(rec: dict) -> list[str]:
     """The run in a few lines."""
     cfg, loader = rec.get("config", {}), rec.get("loader", {})
     device = cfg.get("device", "?")
     s = rec.get("starvation") or {}
-    waiting = (
-        "the share of time the GPU sat idle waiting for data"
-        if str(device).startswith("cuda")
-        else ("the share of time training waited for data")
-    )
-    starved = f"starvation {s['starvation']:.1%} ({waiting})" if "starvation" in s else "too few steps to time"
-    world = cfg.get("world_size", 1)
-    if world > 1 and s.get("starvation_mean") is not None:  # rank 0's own figure above; every step waits for the worst
-        starved = (
-            f"starvation on rank 0 {s['starvation']:.1%}, mean over {world} ranks {s['starvation_mean']:.1%}, "
-            f"worst rank {s['starvation_worst_rank']} {s['starvation_max']:.1%} ({waiting})"
-        )
+    starved = _starved(s, cfg.get("world_size", 1), device)
     loss = f"loss {rec['final_loss']:.4f}" + (f" (first step {rec['first_loss']:.4f})" if rec.get("first_loss") else "")
     workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
     out = [

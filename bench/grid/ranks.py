@@ -3,8 +3,9 @@
 Each rank is `bench.grid.run_one` as torchrun starts it: its own shard of the data, its own GPU (cuda:LOCAL_RANK), and
 with `--cpus C` its own C cores (rank r takes cores [r*C, (r+1)*C) of those allowed), as N trainers share a host. Every
 rank writes its own record under RESULTS/.ranks/; once torchrun has exited the grid merges them into the configuration's
-one JSON: rates and host costs add up over ranks, starvation and host_behind are the mean over ranks with the worst
-rank beside them (under DDP every step waits for the slowest rank), and `ranks` keeps each rank's own figures."""
+one JSON: rates and host costs add up over ranks; starvation is the time every rank lost to some rank's input
+(`starvation_any`: under DDP every step waits for the slowest rank) and host_behind the mean over ranks, each with the
+mean and worst rank of the ranks' own figures beside it; `ranks` keeps each rank's own figures."""
 
 from __future__ import annotations
 
@@ -89,13 +90,19 @@ def merge_figures(figs: list[dict]) -> dict:
             out[k] = how(vals) if vals else None
     if out.get("cpu_cores") is not None:
         out["cpu_s_per_1k_samples"] = 1000 * out["cpu_cores"] / out["samples_per_s"]
-    own = [f["starvation"] for f in figs]
+    # each rank's own starvation: under the training loop `starvation` is already the group's (starvation_any)
+    own = [
+        f["starvation"] | {"starvation": f["starvation"].get("starvation_own", f["starvation"]["starvation"])}
+        for f in figs
+    ]
     s = dict(own[0])
     for key in ("starvation", "host_behind"):
         have = [(r, o[key]) for r, o in enumerate(own) if o.get(key) is not None]
         worst = max(have, key=lambda rv: rv[1], default=(None, None))
         mean = statistics.mean(v for _, v in have) if have else None
         s |= {key: mean, f"{key}_mean": mean, f"{key}_max": worst[1], f"{key}_worst_rank": worst[0]}
+    if s.get("starvation_any") is not None:  # every rank held at the all-reduce by the late one: the group's figure
+        s["starvation"] = s["starvation_any"]
     s["wait_median_ms"] = statistics.mean(o["wait_median_ms"] for o in own)
     s |= {k: max(o[k] for o in own) for k in ("wait_p95_ms", "wait_max_ms")}
     out["starvation"] = s
@@ -104,7 +111,7 @@ def merge_figures(figs: list[dict]) -> dict:
         {
             "rank": r,
             "samples_per_s": f["samples_per_s"],
-            "starvation": f["starvation"]["starvation"],
+            "starvation": own[r]["starvation"],
             "host_behind": f["starvation"].get("host_behind"),
             "wait_median_ms": f["starvation"]["wait_median_ms"],
             "cpu_cores": f.get("cpu_cores"),

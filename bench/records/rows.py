@@ -75,7 +75,9 @@ def flat(rec: dict) -> dict:
     if isinstance(f.get("starvation"), dict):
         s = f["starvation"]
         row |= {
-            "starvation": s["starvation"],
+            # under several ranks the time every rank lost to some rank's input (records before it held the mean)
+            "starvation": s.get("starvation_any", s["starvation"]),
+            "starvation_mean": s.get("starvation_mean"),  # of the ranks' own figures
             "starvation_source": s["source"],
             "wait_median_ms": s["wait_median_ms"],
             "wait_p95_ms": s["wait_p95_ms"],

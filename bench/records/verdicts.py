@@ -17,13 +17,14 @@ def explained(g: dict) -> float | None:
 
 
 def _ranks_waited(g: dict) -> str:
-    """Under several ranks, who made the others wait and how much of the lost rate that explains; else nothing."""
+    """Under several ranks, who made the others wait (the headline is already the time every rank lost to it) and
+    how much of the lost rate that explains; else nothing."""
     if g.get("starvation_any") is None or g.get("waited_on_rank") is None or g["starvation_any"] < NOISE / 2:
         return ""  # under 1% of the time: nobody was held long enough to name
     rank, share = g["waited_on_rank"], g["waited_on_share"]
     text = (
-        f"; under {g['nproc']} ranks some rank waited for input {g['starvation_any']:.1%} of the time, holding "
-        f"every rank at the all-reduce (rank {rank}: {share:.0%} of that)"
+        f"; under {g['nproc']} ranks every rank waited at the all-reduce while some rank waited for its input "
+        f"(rank {rank}: {share:.0%} of that time)"
     )
     if g.get("starvation_explains") is not None:
         text += f", {g['starvation_explains']:.0%} of the rate lost against the data-free rate"

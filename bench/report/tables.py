@@ -96,7 +96,7 @@ COLUMNS = [
 
 def _columns(alone: bool, ranks: bool = False) -> list[tuple]:
     """The columns of a scenario's table: the loader alone or in the loop, and the worst rank's under several ranks
-    (starvation and host behind are then the mean over ranks)."""
+    (starvation is then the time every rank lost to some rank's input, host behind the mean over ranks)."""
     modes = ("both", "alone" if alone else "loop", "ranks" if ranks and not alone else "")
     return [c for c in COLUMNS if c[3] in modes]
 

@@ -123,7 +123,7 @@ def loader_table(rs: list[dict]) -> list[str]:
             f"{r['samples_per_s']:,.0f}",
             _f(r.get("vs_data_free"), ".1%"),
             _f(r["samples_per_s"] / unpinned if unpinned else None, ".1%"),
-            _f(r["starvation"], ".2%"),
+            _f(r.get("starvation_mean", r["starvation"]), ".2%"),
             _f(r.get("starvation_any"), ".2%"),
             who,
             _f(explains, ".0%"),
