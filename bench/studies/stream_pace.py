@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -54,8 +55,6 @@ class Monitor(threading.Thread):
 
     def summary(self, t0: float, t1: float) -> dict:
         """Median CPU share and threads of the main process and of each worker between t0 and t1."""
-        import statistics
-
         rows = [s["procs"] for s in self.samples if t0 <= s["t"] <= t1]
         main = [r[0] for r in rows if r and r[0]["pid"] == self.me.pid]
         workers = [p for r in rows for p in r[1:]]
@@ -112,6 +111,44 @@ def cell(url: str, workers: int, device: str, epochs: int, batch_size: int, thre
     return out | {"record": run_record(device)}
 
 
+VERSIONS = {"before": "full in-shard shuffle", "blocks": "blocks of 256", "final": "blocks of 256"}
+SHARDS = {"c16": "16 MiB shards", "c4": "4 MiB", "c2": "2 MiB", "cd": "1,024 images (default)"}
+
+
+def plot(folder: Path, out: Path) -> None:
+    """Images/s against workers, epoch 1 (store) and 2 (cache), for each shard size and code version in `folder`'s
+    sub-folders (cells named SHARDS_wN[_tT][_callK].json)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for version in sorted(p for p in folder.iterdir() if p.is_dir()):
+        lines: dict[str, dict[int, list[float]]] = {}
+        for f in version.glob("*_w*.json"):
+            name, rest = f.stem.split("_w", 1)
+            if "_t" in rest or name.startswith("profiled"):
+                continue
+            d = json.loads(f.read_text())
+            for e, row in enumerate(d["epochs"]):
+                lines.setdefault(f"{name}:{e}", {}).setdefault(d["workers"], []).append(row["rate"])
+        for key, points in sorted(lines.items()):
+            name, e = key.split(":")
+            w = sorted(x for x in points if x > 0)  # 0 workers: the loading process itself, off a log axis
+            label = f"{VERSIONS.get(version.name, version.name)}, {SHARDS.get(name, name)}"
+            axes[int(e)].plot(w, [statistics.median(points[x]) for x in w], marker="o", label=label)
+    for e, ax in enumerate(axes):
+        ax.set(title=f"epoch {e + 1} ({'from the store' if e == 0 else 'from the cache'})", xlabel="loader workers")
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("images/s, the loader alone")
+    axes[1].legend(fontsize=7)
+    fig.suptitle("stream loader, 50,000 CIFAR-10 images from SeaweedFS on the host, one H200 host (16 cores)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.studies.stream_pace", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -127,7 +164,13 @@ def main() -> None:
     c.add_argument("--batch-size", type=int, default=128)
     c.add_argument("--threads", type=int, default=None, help="torch threads of the loading process")
     c.add_argument("--out", type=Path, required=True)
+    g = sub.add_parser("plot")
+    g.add_argument("folder", type=Path)
+    g.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
+    if args.command == "plot":
+        plot(args.folder, args.out)
+        return
     if args.command == "prepare":
         prepare(args.input, args.url, args.shard_mib)
         return
