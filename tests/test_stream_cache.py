@@ -197,9 +197,11 @@ def test_unpack_error_of_a_damaged_local_shard_is_named(local, tmp_path):
 
 def changed_in_store(seaweed, name: str, change) -> str:
     """A dataset of its own in the store, `change(s3, bucket, shard key)` applied to its chunk-0-3.bin."""
+    from dataprep.remote import files_url, load_remote_manifest
+
     bucket = seaweed.bucket()
     url = convert_synthetic(f"s3://{bucket}/{name}", 300, "stream")
-    change(seaweed.client(), bucket, f"{name}/stream/chunk-0-3.bin")
+    change(seaweed.client(), bucket, files_url(url, load_remote_manifest(url)).key("stream/chunk-0-3.bin"))
     return url
 
 
@@ -221,7 +223,7 @@ def test_missing_remote_shard_is_one_line(seaweed, small_shards, tmp_path):
     """A shard gone from the store: the S3 client's error as one line naming the object and the endpoint, in the
     loader and in `train`, with no traceback."""
     url = changed_in_store(seaweed, "missing", lambda s3, bucket, key: s3.delete_object(Bucket=bucket, Key=key))
-    with pytest.raises(LoaderError, match=r"missing/stream/chunk-0-3.bin: not found at http://127.0.0.1:\d+$"):
+    with pytest.raises(LoaderError, match=r"missing/v-[^/]+/stream/chunk-0-3.bin: not found at http://127.0.0.1:\d+$"):
         with build_loader("stream", url, workers=0, **KW) as loader:
             for _ in loader:
                 pass
