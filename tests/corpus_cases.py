@@ -11,6 +11,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from dataprep_helpers import stored_order
 from PIL import Image
 
 RNG = np.random.default_rng(2024)
@@ -77,7 +78,8 @@ def flipped_png(d: Path):
 
 
 def png_of_another_size(d: Path):
-    p = d / "b.png"
+    """The first image stored sets the shape the others must have: named so that a good image is stored first."""
+    p = next(d / n for n in ("b.png", "a00.png", "0.png") if stored_order([*d.iterdir(), d / n])[0] != d / n)
     Image.fromarray(np.zeros((8, 9, 3), np.uint8)).save(p)
     return p, ("fails", "inconsistent sample shape (8, 9, 3)")
 

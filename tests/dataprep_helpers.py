@@ -11,6 +11,7 @@ from PIL import Image
 
 from dataprep.formats import module
 from dataprep.manifest import load_manifest
+from dataprep.sources.files import mixed
 
 FORMATS = ["files", "hdf5", "ffcv", "dali"]
 
@@ -23,6 +24,12 @@ def read_all(data_dir: Path, fmt: str):
     y = np.concatenate([c.y for c in chunks])
     length = None if chunks[0].length is None else np.concatenate([c.length for c in chunks])
     return x, y, length
+
+
+def stored_order(files: list[Path]) -> list[Path]:
+    """A folder's sample files in the order conversion stores them: the product's own rule (`mixed`) applied to the
+    files sorted as a source lists them, so each test's truth follows that rule instead of a copy of it."""
+    return [p for p, _ in mixed([(p, 0) for p in sorted(files)])]
 
 
 def random_images(n: int, seed: int = 0, size: int = 32) -> np.ndarray:
@@ -67,6 +74,7 @@ def make_kaggle(root: Path, n: int = 30) -> tuple[np.ndarray, np.ndarray]:
 
 
 def make_imagefolder(root: Path, n_per_class: int = 8, classes=("bird", "cat")) -> tuple[np.ndarray, np.ndarray]:
+    """ROOT/<class>/*.jpg|png (classes given sorted); returns the decoded pixels and labels in stored order."""
     x = random_images(n_per_class * len(classes), seed=3)
     k = 0
     for c in classes:
@@ -75,8 +83,9 @@ def make_imagefolder(root: Path, n_per_class: int = 8, classes=("bird", "cat")) 
             ext = "png" if i % 2 else "jpg"
             Image.fromarray(x[k]).save(root / c / f"{i:04d}.{ext}", quality=90)
             k += 1
-    truth = [np.asarray(Image.open(p).convert("RGB")) for c in classes for p in sorted((root / c).iterdir())]
-    return np.stack(truth), np.repeat(np.arange(len(classes)), n_per_class)
+    files = stored_order([p for c in classes for p in (root / c).iterdir()])
+    truth = [np.asarray(Image.open(p).convert("RGB")) for p in files]
+    return np.stack(truth), np.array([classes.index(p.parent.name) for p in files])
 
 
 def make_audio(root: Path) -> list[Path]:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from corpus_cases import AUDIO, IMAGES, KAGGLE, good_audio, good_images, good_kaggle
-from dataprep_helpers import read_all
+from dataprep_helpers import read_all, stored_order
 
 from dataprep.cli import cli
 
@@ -72,8 +72,7 @@ def test_image_case(tmp_path, case):
     if expect[0] == "fails":
         _check_fails(case, inp, bad, tmp_path / "o", 2, expect[1], as_unprivileged=case == "unreadable")
     else:
-        index = sorted(os.fsencode(p.name) for p in inp.iterdir()).index(os.fsencode(bad.name))
-        _check_converts(case, inp, tmp_path / "o", index, expect[1])
+        _check_converts(case, inp, tmp_path / "o", stored_order(list(inp.iterdir())).index(bad), expect[1])
 
 
 @pytest.mark.parametrize("case", sorted(AUDIO))
@@ -84,8 +83,7 @@ def test_audio_case(tmp_path, case):
     if expect[0] == "fails":
         _check_fails(case, inp, bad, tmp_path / "o", 2, expect[1])
     else:
-        index = sorted(p.name for p in inp.iterdir()).index(bad.name)
-        _check_converts(case, inp, tmp_path / "o", index, *expect[1:])
+        _check_converts(case, inp, tmp_path / "o", stored_order(list(inp.iterdir())).index(bad), *expect[1:])
 
 
 @pytest.mark.parametrize("case", sorted(KAGGLE))
@@ -114,10 +112,12 @@ def test_wav_with_a_lying_header_keeps_only_the_samples_it_has(tmp_path):
     blob = bytearray(buf.getvalue())
     at = blob.find(b"data")
     blob[at + 4 : at + 8] = struct.pack("<I", 10 * 4 * len(wave))
-    (tmp_path / "in" / "2_lying.wav").write_bytes(bytes(blob))
+    lying = tmp_path / "in" / "2_lying.wav"
+    lying.write_bytes(bytes(blob))
     (tmp_path / "truth.wav").write_bytes(buf.getvalue())
     truth, n = decode_audio_truth(tmp_path / "truth.wav")
-    _check_converts("WAV with a lying header", tmp_path / "in", tmp_path / "o", 2, truth, n)
+    index = stored_order(list(lying.parent.iterdir())).index(lying)
+    _check_converts("WAV with a lying header", tmp_path / "in", tmp_path / "o", index, truth, n)
     assert n == 8000
 
 
