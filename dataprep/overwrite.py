@@ -119,3 +119,16 @@ def check_replaceable(out: str, overwrite: bool) -> None:
             "directory that `dataprep convert` wrote, nothing else). Choose another --output, or move or remove it "
             "yourself if you mean to"
         )
+
+
+def still_replaceable(out: str, overwrite: bool) -> str | None:
+    """At the publish: why what stands at `out` now may not be replaced, or None. The check made at the start, made
+    again: something may have appeared there while the conversion ran."""
+    if not os.path.lexists(out) or (os.path.isdir(out) and not os.path.islink(out) and not any(os.scandir(out))):
+        return None
+    if not overwrite:
+        return "it appeared while this conversion ran, and --overwrite was not given"
+    if os.path.islink(out) or not os.path.isdir(out):
+        return "it is not a directory now"
+    why = not_ours(out)
+    return None if why is None else f"{printable(why)}, so dataprep did not write it"
