@@ -6,7 +6,8 @@ is still the input. A directory is gpufeed's when its `manifest.json` is a regul
 `gpufeed_version` and each format's file list, and every file below the directory is `manifest.json` or one of
 those listed files: a folder of photos, a folder with a copied manifest beside the user's own files, a directory
 holding a symbolic link (which gpufeed never writes) are all someone else's, and refused with the reason and the
-fix; nothing is deleted. What was tried: docs/RELIABILITY.md."""
+fix; nothing is deleted. A `.gpufeed-bench/` in it that bench wrote (dataprep.benchdir) is gpufeed's too. What was
+tried: docs/RELIABILITY.md."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import json
 import os
 from collections.abc import Iterable
 
+from .benchdir import BENCH_DIR, not_bench
 from .paths import NotRegularError, open_regular
 from .text import printable
 
@@ -59,6 +61,12 @@ def not_ours(out: str) -> str | None:
     unreadable: list[OSError] = []
     for here, dirs, files in os.walk(out, onerror=unreadable.append):
         rel = os.path.relpath(here, out)
+        if rel == "." and BENCH_DIR in dirs:
+            # bench's results go with the data they measured: a re-conversion may change it, so they are replaced too
+            why = not_bench(os.path.join(here, BENCH_DIR))
+            if why is not None:
+                return why
+            dirs.remove(BENCH_DIR)
         for name in dirs:
             if os.path.islink(os.path.join(here, name)):
                 return f"it holds a symbolic link, {_rel(rel, name)}, which dataprep never writes"
@@ -124,3 +132,16 @@ def check_replaceable(out: str, overwrite: bool) -> None:
             "directory that `dataprep convert` wrote, nothing else). Choose another --output, or move or remove it "
             "yourself if you mean to"
         )
+
+
+def still_replaceable(out: str, overwrite: bool) -> str | None:
+    """At the publish: why what stands at `out` now may not be replaced, or None. The check made at the start, made
+    again: something may have appeared there while the conversion ran."""
+    if not os.path.lexists(out) or (os.path.isdir(out) and not os.path.islink(out) and not any(os.scandir(out))):
+        return None
+    if not overwrite:
+        return "it appeared while this conversion ran, and --overwrite was not given"
+    if os.path.islink(out) or not os.path.isdir(out):
+        return "it is not a directory now"
+    why = not_ours(out)
+    return None if why is None else f"{printable(why)}, so dataprep did not write it"

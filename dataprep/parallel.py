@@ -89,6 +89,15 @@ class WorkerDied(RuntimeError):
     """A worker process ended without answering."""
 
 
+def send_or_end(conn, obj) -> None:
+    """In a worker: send `obj` to the converting process, or end this process quietly where that one has gone (its
+    pipe broken: the conversion was killed, and the user is told so once, not by a traceback per worker)."""
+    try:
+        conn.send(obj)
+    except (BrokenPipeError, ConnectionResetError):
+        os._exit(1)
+
+
 def _serve(tasks, answers, fn: Callable[[Any], Any]) -> None:
     """A worker: fn(item) for every item that arrives, in order, until None or the pipe closes."""
     import pickle
@@ -109,7 +118,7 @@ def _serve(tasks, answers, fn: Callable[[Any], Any]) -> None:
                 answer = (False, e)
             except Exception:
                 answer = (False, RuntimeError(f"{type(e).__name__}: {e}"))
-        answers.send(answer)
+        send_or_end(answers, answer)
 
 
 class _Worker:

@@ -4,7 +4,8 @@ An interrupted or failed conversion never leaves a directory that looks complete
 `flock` on `.lock` in its temporary directory while it runs, so that the next conversion into the same output can
 tell a dead one's leftovers from a live one's and complete, roll back or remove them (dataprep.leftovers). The
 output is resolved first (symbolic links followed) and checked against the input, and an existing one is replaced
-only where dataprep wrote it (dataprep.overwrite)."""
+only where dataprep wrote it (dataprep.overwrite): checked at the start, and again at the publish, whose rename
+never replaces anything that appeared in between (dataprep.noreplace)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .leftovers import LOCK, recover
-from .overwrite import OutputError, check_apart, check_replaceable, real
+from .noreplace import rename_new
+from .overwrite import OutputError, check_apart, check_replaceable, real, still_replaceable
 from .text import printable
 
 __all__ = ["LOCK", "OutputError", "Workdir"]
@@ -33,6 +35,7 @@ class Workdir:
         self.out = Path(real(out))
         self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
         self._lock: int | None = None
+        self.overwrite = overwrite
         inputs = list(inputs)
         check_apart(str(self.out), inputs)
         try:
@@ -51,22 +54,42 @@ class Workdir:
             raise OutputError(f"{printable(self.out)}: cannot write the output ({e.strerror or e})") from None
 
     def publish(self) -> None:
-        """Move the finished output into place (replacing an old one); the lock goes, it is not part of the data. It
-        is held over the first rename, so that a conversion killed between the two still reads as ended only once it
-        has (dataprep.leftovers completes its publish)."""
+        """Move the finished output into place. What stands there is replaced only where the check made at the start
+        still holds (missing, an empty folder, or with --overwrite a folder that dataprep wrote); anything else that
+        appeared while the conversion ran stays as it is, and the finished output is kept beside it (OutputError names
+        both). The lock goes, it is not part of the data. It is held over the first rename, so that a conversion
+        killed between the two still reads as ended only once it has (dataprep.leftovers completes its publish)."""
         old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
         with _signals_held():  # Ctrl-C or SIGTERM between the renames acts after them
-            if self.out.exists():
+            why = still_replaceable(str(self.out), self.overwrite)
+            if why is not None:
+                self._keep(why)
+            moved = os.path.lexists(self.out) and any(os.scandir(self.out))
+            if moved:
                 os.replace(self.out, old)
             try:
                 (self.tmp / LOCK).unlink()
-                os.replace(self.tmp, self.out)
+                rename_new(self.tmp, self.out)
+            except FileExistsError:
+                self._keep("it appeared while this conversion ran, as the output was being replaced")
             except BaseException:
-                if old.exists() and not self.out.exists():
+                if moved and not os.path.lexists(self.out):
                     os.replace(old, self.out)  # the previous output back, as it was
                 raise
         shutil.rmtree(old, ignore_errors=True)
         self._unlock()
+
+    def _keep(self, why: str) -> None:
+        """Raise OutputError saying why the output was not published, with the finished output kept under a name of
+        its own beside it (one the next conversion leaves alone), or discarded where that cannot be."""
+        kept = self.out.parent / f"{self.out.name}.unpublished-{os.getpid()}"
+        try:
+            (self.tmp / LOCK).unlink(missing_ok=True)
+            rename_new(self.tmp, kept)
+            where = f"the finished conversion is in {printable(kept)}: move it where you want it, or remove it"
+        except OSError as e:
+            where = f"the finished conversion is discarded (it could not be kept beside it: {e.strerror or e})"
+        raise OutputError(f"{printable(self.out)}: not replaced: {why}; {where}")
 
     def empty(self) -> None:
         """Truncate every file written so far, freeing its space while the writers still hold it open."""

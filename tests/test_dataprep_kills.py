@@ -12,9 +12,11 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 from click.testing import CliRunner
+from PIL import Image
 
 from dataprep.cli import cli
 from dataprep.verify import verify
@@ -178,3 +180,32 @@ def test_full_disk(small_disk, formats, size):
     assert "Traceback" not in message, message
     assert list(disk.iterdir()) == [], list(disk.iterdir())
     assert not _marked(mark)
+
+
+@pytest.fixture(scope="module")
+def pngs(tmp_path_factory) -> Path:
+    """2000 random 32x32 PNGs in ROOT/cat (written fast: no compression)."""
+    folder = tmp_path_factory.mktemp("pngs")
+    (folder / "cat").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(2000):
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), np.uint8)).save(folder / "cat" / f"{i}.png", compress_level=0)
+    return folder
+
+
+def test_workers_of_a_killed_conversion_end_quietly(pngs, tmp_path):
+    """SIGKILL of a conversion whose 2 decoding workers have answers on the way (it is stopped first, so they wait on
+    its full pipes): the workers end without a word (each printed a BrokenPipeError traceback), none left running."""
+    for k in range(2):
+        out = tmp_path / f"o{k}"
+        proc, mark = _start(out, "--input", str(pngs), "--format", "hdf5", "--workers", "2")
+        _wait_for(f".{out.name}.tmp-{proc.pid}/data.h5", tmp_path)  # the first samples are decoded
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(1.0)  # the workers decode what they were given and wait to hand it over
+        proc.kill()
+        _, err = proc.communicate(timeout=60)  # until every process that shares its stderr has closed it
+        assert "Traceback" not in err.decode(), f"kill {k}: {err.decode()}"
+        deadline = time.time() + 20
+        while _marked(mark) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not _marked(mark), f"kill {k}: processes of the killed conversion still running"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -241,3 +242,28 @@ def test_leftover_that_is_the_input_is_left_alone(tmp_path):
     assert r.exit_code == 0 and f"left {old} alone: it is part of the input" in r.output, r.output
     assert (old / "manifest.json").is_file() and (tmp_path / f".o.tmp-{pid}" / "manifest.json").is_file()
     assert load_manifest(out)["count"] == 6
+
+
+@pytest.mark.slow
+def test_overwrite_replaces_bench_results_with_the_data(tmp_path, monkeypatch):
+    """A dataset holding the .gpufeed-bench/ that bench's probe wrote (`train --loader fastest`) is replaced by
+    --overwrite, bench's results with it; the same folder holding a file of the user's is still refused, untouched."""
+    from bench.fastest.choice import choose
+    from bench.fastest.probe_plan import ProbeConfig
+
+    out = tmp_path / "o"
+    _synthetic(out, 128)
+    quick = ProbeConfig(segment_s=0.0, min_steps=2, warmup=1, loader_warmup=1, workers_cpu=(0,))
+    monkeypatch.setattr(ProbeConfig, "for_device", classmethod(lambda cls, device: quick))
+    monkeypatch.delenv("GPUFEED_BENCH_RESULTS", raising=False)
+    choose(out, device="cpu", model="tiny", batch_size=16, precision="fp32")
+    assert list((out / ".gpufeed-bench").glob("fastest-probe-*.json"))
+    theirs = tmp_path / "theirs"
+    shutil.copytree(out, theirs)
+    (theirs / ".gpufeed-bench" / "notes.txt").write_text("mine")
+    before = _tree(theirs)
+    r = _convert("--source", "synthetic-images", "--limit", "5", "--output", str(theirs), "--overwrite")
+    assert r.exit_code == 1 and "it holds .gpufeed-bench/notes.txt, which bench does not write" in r.output, r.output
+    assert _tree(theirs) == before
+    r = _synthetic(out, 5, "--overwrite")
+    assert load_manifest(out)["count"] == 5 and sorted(p.name for p in out.iterdir()) == ["data.h5", "manifest.json"]

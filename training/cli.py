@@ -135,7 +135,8 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     default=_d("out"),
-    help="RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/.",
+    help="RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/; a new or empty folder, or one train wrote, "
+    "apart from --data.",
 )
 @click.option("--resume", is_flag=True, help="Continue from RUN_DIR/ckpt.pt (an error if it is missing).")
 @click.option(
@@ -183,6 +184,7 @@ def train(
         raise click.BadParameter(
             f"{options['data']}: no manifest.json; prepare it with `dataprep convert`", param_hint="--data"
         )
+    _check_out(options["out"], options["data"])
     if options["tensorboard"] and importlib.util.find_spec("tensorboard") is None:
         raise click.BadParameter(
             "TensorBoard is not installed: pip install 'gpufeed[tensorboard]'", param_hint="--tensorboard"
@@ -220,6 +222,16 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _check_out(out: Path, data: Path | str) -> None:
+    """--out a folder that train wrote, or a new or empty one, and apart from the data (training.run_dir)."""
+    from .run_dir import RunDirError, check_out
+
+    try:
+        check_out(out, data)
+    except RunDirError as e:
+        raise click.ClickException(str(e)) from None
 
 
 def _usable_cache(given: Path | None) -> None:

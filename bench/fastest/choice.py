@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataprep.benchdir import BENCH_DIR
 from dataprep.paths import inside
 from dataprep.text import printable
 
@@ -53,7 +54,7 @@ class Choice:
 def default_results_dir(data_dir: Path) -> Path:
     if os.environ.get("GPUFEED_BENCH_RESULTS"):
         return Path(os.environ["GPUFEED_BENCH_RESULTS"])
-    return inside(data_dir, ".gpufeed-bench", source=data_dir)  # a link out of the data directory is refused
+    return inside(data_dir, BENCH_DIR, source=data_dir)  # a link out of the data directory is refused
 
 
 def _writable_dir(data_dir: Path, digest: str) -> Path:

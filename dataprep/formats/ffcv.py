@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..parallel import die_with_parent, exit_when_gone
+from ..parallel import die_with_parent, exit_when_gone, send_or_end
 from ..paths import require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
@@ -140,7 +140,7 @@ _REPORT = None  # the helper's pipe to the converting process, set in _serve
 
 def _report(failure: BaseException) -> None:
     if _REPORT is not None:
-        _REPORT.send((failure, {}))
+        send_or_end(_REPORT, (failure, {}))
 
 
 def _serve(conn, parent: int) -> None:
@@ -173,10 +173,10 @@ def _serve(conn, parent: int) -> None:
     t0 = time.perf_counter()
     try:
         write_beton(*job)
-        conn.send((None, times | {"ffcv: FFCV's writer": time.perf_counter() - t0}))
+        send_or_end(conn, (None, times | {"ffcv: FFCV's writer": time.perf_counter() - t0}))
     except BaseException as e:
         failure = e if isinstance(e, OSError) else RuntimeError(f"FFCV's writer failed: {type(e).__name__}: {e}")
-        conn.send((failure, times))
+        send_or_end(conn, (failure, times))
 
 
 class Helper:
