@@ -36,6 +36,7 @@ def launch(settings: dict) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # starts `train`: 10 s; the variants' forms stay in make test
 def test_the_launcher_sets_inductor_then_runs_train():
     done = launch({"triton.autotune_pointwise": False})
     assert done.returncode == 0 and "Usage: train" in done.stdout, done.stderr[-2000:]

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.studies import compile_regions
 
 
+@pytest.mark.slow  # a study's harness (bench/studies), not the product: 33 s
 def test_regions_trace_the_same_step_and_every_configuration_is_recorded(tmp_path, capsys):
     """Dynamo and AOTAutograd (aot_eager) with no regions, every block a region, and the skip's gradient dense: the
     first losses are equal to the bit; an unknown backend leaves its error in the record and the table."""

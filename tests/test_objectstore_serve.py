@@ -44,6 +44,7 @@ def test_serve_refuses_a_port_a_socket_holds(tmp_path):
     )
 
 
+@pytest.mark.slow  # a second server: 13 s with the next; a port held by a socket is checked in make test
 def test_serve_refuses_the_port_of_another_server(seaweed, tmp_path):
     """The port of a running SeaweedFS server: serve refuses (instead of reporting success while its own weed has no
     listener), and creates no bucket on the server that answers there."""
@@ -60,6 +61,7 @@ class PortCheckSkipped(SeaweedServer):
         pass
 
 
+@pytest.mark.slow
 def test_a_server_answering_for_another_is_refused(seaweed, tmp_path):
     """Readiness is asked of the weed this started, not of whatever answers on its S3 port: a start whose port is
     answered by another server fails naming the port, and its own weed is stopped."""

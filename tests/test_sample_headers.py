@@ -75,7 +75,13 @@ HEADERS = [
 ]
 
 
-@pytest.mark.parametrize(("change", "said"), [h[1:] for h in HEADERS], ids=[h[0] for h in HEADERS])
+IN_MAKE_TEST = ("dtype", "shape")  # 5 s each (workers start); the other edits run in make test-slow
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [pytest.param(*h[1:], id=h[0], marks=() if h[0] in IN_MAKE_TEST else pytest.mark.slow) for h in HEADERS],
+)
 def test_edited_npy_header_is_named_everywhere_it_is_read(latent_images, tmp_path, change, said):
     """Each header edit: verify names the file and what it holds; the torch loader (in the process and in a worker)
     and the gpu loader reading the files stop with one LoaderError naming the file."""

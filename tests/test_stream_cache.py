@@ -211,7 +211,7 @@ def flip_a_byte(s3, bucket: str, key: str) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=bytes(blob))
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ["0", pytest.param("2", marks=pytest.mark.slow)])  # each starts `train`: 6-12 s
 def test_remote_failures_print_only_gpufeeds_line(seaweed, small_shards, tmp_path, workers):
     """A damaged shard from s3:// stops `train` with gpufeed's one line naming it and its sha256: LitData's prefetch
     thread traceback (and a raw traceback of the reader) are not printed before it."""
@@ -219,6 +219,7 @@ def test_remote_failures_print_only_gpufeeds_line(seaweed, small_shards, tmp_pat
     one_clean_line(train(url, tmp_path / "run", "--workers", workers), "chunk-0-3.bin: damaged shard: sha256")
 
 
+@pytest.mark.slow  # starts `train`: 8 s
 def test_missing_remote_shard_is_one_line(seaweed, small_shards, tmp_path):
     """A shard gone from the store: the S3 client's error as one line naming the object and the endpoint, in the
     loader and in `train`, with no traceback."""
