@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +33,7 @@ from dataprep.text import printable
 
 from .base import Batch, Loader
 from .errors import LoaderError
+from .stream_ahead import EpochAhead, Lead
 from .stream_cache import CacheFolder, parse_size
 from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
 from .workers import leave_stop_signals_to_the_parent, worker_errors
@@ -94,14 +96,12 @@ class StreamLoader(Loader):
         self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
 
     def _open(self) -> None:
-        from litdata import StreamingDataLoader, StreamingDataset
         from litdata.streaming.downloader import register_downloader
-        from litdata.utilities.env import _DistributedEnv
 
         o = self.opts
         plain_http_through_boto3()  # again: the endpoint may have been set after this module was imported
         try:
-            limit = None if o.cache_limit is None else parse_size(o.cache_limit)
+            self._limit = None if o.cache_limit is None else parse_size(o.cache_limit)
         except ValueError as e:
             raise LoaderError(f"cache_limit: {e}") from None
         files = self.manifest["formats"]["stream"].get("files", [])
@@ -109,27 +109,43 @@ class StreamLoader(Loader):
         self.cache = self._folder.path
         atexit.register(self._folder.close)  # also when close() is never called
         register_downloader("s3://", checking_downloader(), overwrite=True)
-        source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
+        # two epochs' shards in the cache at once only where they fit: LitData deletes a read shard once the data
+        # exceeds its budget, and the next epoch's workers could delete one this epoch's are still reading
+        size = sum(int(f.get("bytes", 0)) for f in files)
+        self._ahead_ok = self.workers > 0 and (self._limit is None or 2 * size <= self._limit)
+        self._ahead, self._spare, self._startup_s = None, None, 0.0
+        self._dl = self._loader()
+
+    def _loader(self):
+        """A StreamingDataLoader over the shards, with a torch generator of its own for its workers' seeds (drawn
+        from the global RNG otherwise, which would change the noise a resumed run trains on)."""
+        from litdata import StreamingDataLoader
+        from litdata.utilities.env import _DistributedEnv
+
+        from .stream_shuffle import AlignedStreamingDataset
+
+        o = self.opts
+        source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         dataset = self._guarded(
-            StreamingDataset,
+            AlignedStreamingDataset,
             source,
             cache_dir=str(self.cache),
             shuffle=o.shuffle,
             drop_last=o.drop_last,
             seed=o.seed,
-            max_cache_size=limit,
+            max_cache_size=self._limit,
             max_pre_download=max(2, o.prefetch),
             # a shard's items in blocks of DECODE_ROWS, the blocks in random order and the items within each: every
             # block is decoded once, as the shard stores it (Arrow record batches of that many rows where pyarrow wrote
-            # it), where a full in-shard shuffle decoded a whole block for each item read
+            # it), where a full in-shard shuffle decoded a whole block for each item read (loaders.stream_shuffle)
             item_shuffle_window=DECODE_ROWS,
             batch_decode=DECODE_ROWS,
             storage_options={"config": client_config()} if self.remote else None,
         )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
         dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
-        self._dl = StreamingDataLoader(
+        return StreamingDataLoader(
             dataset,
             batch_size=o.batch_size,
             num_workers=self.workers,
@@ -141,6 +157,7 @@ class StreamLoader(Loader):
             multiprocessing_context=o.mp_context if self.workers else None,
             worker_init_fn=leave_stop_signals_to_the_parent,
             timeout=STALL_S if self.workers else 0,
+            generator=torch.Generator(),
         )
 
     def _guarded(self, fn, *args, **kwargs):
@@ -173,46 +190,63 @@ class StreamLoader(Loader):
         before it: LitData skips the samples a count says were consumed, shard by shard."""
         self._start = position
 
-    def _resume(self) -> None:
-        o, dl = self.opts, self._dl
-        dataset = dl.dataset
+    def _prepare(self, dl, epoch: int, start: int) -> None:
+        """Set `dl` to iterate epoch `epoch` from batch `start`."""
+        o, dataset = self.opts, dl.dataset
         dataset.reset_state_dict()
-        dataset.set_epoch(self.epoch + 1)
-        dl.current_epoch = self.epoch  # LitData counts epochs from 1 and adds one as an iteration starts
-        if self._start == 0:
+        dataset.set_epoch(epoch + 1)
+        dl.current_epoch = epoch  # LitData counts epochs from 1 and adds one as an iteration starts
+        dl.generator.manual_seed(o.seed * 1_000_003 + epoch)
+        if start == 0:
             return
-        n = self._start * o.batch_size
+        n = start * o.batch_size
         state = {
             "dataset": dataset.state_dict(n, self.workers, o.batch_size),
-            "current_epoch": self.epoch + 1,
+            "current_epoch": epoch + 1,
             "num_samples_yielded": n,
-            "latest_worker_idx": (self._start - 1) % max(1, self.workers),
+            "latest_worker_idx": (start - 1) % max(1, self.workers),
         }
         dl.load_state_dict(state)
 
     def __iter__(self) -> Iterator[Batch]:
-        self._resume()
         first, self._start = self._start, 0
-        return self._batches(first)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and ahead.epoch == self.epoch and first == 0:
+            self._dl, self._spare = ahead.dl, self._dl
+            return self._batches(0, ahead)
+        if ahead is not None:
+            ahead.cancel()
+        self._prepare(self._dl, self.epoch, first)
+        return self._batches(first, None)
 
-    def _batches(self, first: int) -> Iterator[Batch]:
-        """The DataLoader draws its workers' seed from torch's global RNG as its first batch is asked for; that draw
-        is undone, so a resumed run (which restores the RNG before its first batch) trains on the noise an
-        uninterrupted one does: the loader leaves torch's RNG as it found it."""
+    def _go_ahead(self) -> None:
+        """Start the next epoch on the spare DataLoader (loaders.stream_ahead)."""
+        if self._spare is None:
+            self._spare = self._loader()
+        self._prepare(self._spare, self.epoch + 1, 0)
+        self._ahead = EpochAhead(self._spare, self.epoch + 1)
+
+    def _batches(self, first: int, ahead: EpochAhead | None) -> Iterator[Batch]:
         o = self.opts
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
-            rng = torch.get_rng_state()
-            batches = iter(self._dl)
-            head = next(batches, None)
-            torch.set_rng_state(rng)
+            if ahead is not None:
+                head, batches = ahead.take()
+            else:
+                t0 = time.perf_counter()
+                batches = iter(self._dl)
+                head = next(batches, None)
+                self._startup_s = time.perf_counter() - t0
             if head is None:
                 return
+            lead = Lead(self._startup_s, len(self), first) if self._ahead_ok else None
             for i, (x, y, _length) in enumerate(itertools.chain([head], batches), start=first):
                 x = (
                     x.view(TORCH_DTYPES[self.dtype.name])
                     .reshape(len(y), *self.shape)
                     .to(o.device, non_blocking=self.pin)
                 )
+                if lead is not None and self._ahead is None and lead.due(i):
+                    self._go_ahead()
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
 
     @contextmanager
@@ -230,6 +264,9 @@ class StreamLoader(Loader):
             raise LoaderError(message) from None
 
     def close(self) -> None:
+        ahead, self._ahead, self._spare = self._ahead, None, None
+        if ahead is not None:
+            ahead.cancel()
         dl, self._dl = self._dl, None
         if dl is not None and getattr(dl, "_iterator", None) is not None:
             dl._iterator._shutdown_workers()

@@ -38,26 +38,30 @@ DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "dit_b2": "latents", "dit
 DATA_OF |= {"none": "images", "none-latents": "latents"}  # the loader alone, no model
 
 
-def write_latents(out: Path, count: int) -> None:
-    """A latent dataset in the stream format, made without an autoencoder: random moments, a valid manifest."""
+def write_latents(out: Path, count: int, formats: tuple[str, ...] = ("stream",)) -> None:
+    """A latent dataset in `formats` (stream, hdf5), made without an autoencoder: random moments, a valid manifest."""
     from dataprep.convert_write import describe_files
     from dataprep.digest import SampleDigest
     from dataprep.formats.base import DatasetMeta
+    from dataprep.formats.hdf5 import Hdf5Writer
     from dataprep.formats.stream import StreamWriter
     from dataprep.manifest import write_json_atomic
     from dataprep.sources.base import Chunk
 
     out.mkdir(parents=True)
     meta = DatasetMeta("latent", LATENT, "float16", ["a", "b"])
-    writer, digest, rng = StreamWriter(out, meta), SampleDigest(), np.random.default_rng(0)
+    kinds = {"stream": StreamWriter, "hdf5": Hdf5Writer}
+    writers = {f: kinds[f](out, meta) for f in formats}
+    digest, rng = SampleDigest(), np.random.default_rng(0)
     for start in range(0, count, 512):
         n = min(512, count - start)
         x = rng.standard_normal((n, *LATENT)).astype(np.float16)
         x[:, :, 1] = np.abs(x[:, :, 1]) * 0.1  # std
         chunk = Chunk(x, (np.arange(start, start + n) % 2).astype(np.int64))
-        writer.write(chunk)
+        for writer in writers.values():
+            writer.write(chunk)
         digest.update(chunk)
-    files = describe_files(out, writer.finish(), 4)
+    described = {f: {"files": describe_files(out, w.finish(), 4)} for f, w in writers.items()}
     latent = {
         "of": "image",
         "views": ["image", "mirror"],
@@ -76,7 +80,7 @@ def write_latents(out: Path, count: int) -> None:
         "classes": ["a", "b"],
         "digest": digest.result(),
         "audio": None,
-        "formats": {"stream": {"files": files}},
+        "formats": described,
         "latent": latent,
         "skipped": [],
         "source": {"kind": "synthetic-latents", "path": None, "split": "train"},

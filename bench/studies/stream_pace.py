@@ -32,6 +32,30 @@ def prepare(source: str, url: str, shard_mib: float | None) -> None:
     print(f"prepared {url} ({shard_mib or 'default'} MiB shards) in {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def latents(url: str, local: Path, count: int) -> None:
+    """`count` synthetic latent moments of DiT-B/2's input at 256 px in hdf5 (for the `gpu` loader) and stream
+    format at `local`, the whole dataset uploaded to `url` (bench.studies.stream_gpu.write_latents)."""
+    from bench.studies.stream_gpu import write_latents
+    from dataprep.remote_write import upload_dir
+
+    write_latents(local, count, formats=("stream", "hdf5"))
+    upload_dir(local, url, overwrite=False)
+    print(f"prepared {count} latents at {local} and {url}", flush=True)
+
+
+def hold_link(target_port: int, rate: float, state: Path) -> None:
+    """A shaped link (bench.objectstore.throttle) of `rate` bytes/s in front of the store at `target_port`, kept up
+    until this process is killed; `state` holds its port and the bytes it has carried, rewritten twice a second."""
+    from bench.objectstore.throttle import ShapedLink
+
+    link = ShapedLink(target_port, rate or None, 0.0).start()
+    while True:
+        tmp = state.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"port": link.port, "rate": rate, "bytes_down": link.bytes_down, "t": time.time()}))
+        tmp.replace(state)
+        time.sleep(0.5)
+
+
 class Monitor(threading.Thread):
     """Samples this process and its children every `period` s: CPU share (of one core) and thread count."""
 
@@ -156,6 +180,14 @@ def main() -> None:
     a.add_argument("--input", required=True)
     a.add_argument("--url", required=True)
     a.add_argument("--shard-mib", type=float, default=None, help="[default: the product's shards]")
+    lat = sub.add_parser("latents")
+    lat.add_argument("--url", required=True)
+    lat.add_argument("--local", type=Path, required=True)
+    lat.add_argument("--count", type=int, default=16384)
+    h = sub.add_parser("link")
+    h.add_argument("--target-port", type=int, required=True)
+    h.add_argument("--rate", type=float, required=True, help="bytes/s; 0: no cap")
+    h.add_argument("--state", type=Path, required=True)
     c = sub.add_parser("cell")
     c.add_argument("--url", required=True)
     c.add_argument("--workers", type=int, required=True)
@@ -170,6 +202,12 @@ def main() -> None:
     args = p.parse_args()
     if args.command == "plot":
         plot(args.folder, args.out)
+        return
+    if args.command == "link":
+        hold_link(args.target_port, args.rate, args.state)
+        return
+    if args.command == "latents":
+        latents(args.url, args.local, args.count)
         return
     if args.command == "prepare":
         prepare(args.input, args.url, args.shard_mib)

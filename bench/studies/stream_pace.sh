@@ -28,7 +28,7 @@ done
 cells=${PACE_CELLS-"c16 0;c16 1;c16 2;c16 4;c16 8;c16 4 1;c16 8 1;c2 4;c2 8;c2 16"}
 IFS=';' read -ra list <<< "$cells"
 for c in "${list[@]}"; do
-  read -r name w t <<< "$c"
+  read -r name w t <<< "$c"; [ -n "$name" ] || continue
   tag="${name}_w${w}${t:+_t$t}"
   timeout ${PACE_CELL_S:-120} python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" \
     ${t:+--threads $t} --out "/tmp/pace/$tag.json" 2>&1 | tail -n 4
@@ -39,20 +39,40 @@ if [ -x /tmp/pyspy/bin/py-spy ] && [ -n "${PACE_PROFILE-c16 4}" ]; then
     python3 -m bench.studies.stream_pace cell --url s3://data/$name --workers "$w" --epochs 1 \
     --out /tmp/pace/profiled_${name}_w$w.json 2>&1 | tail -n 3
 fi
-# PACE_TRAIN: runs "TAG DATA LOADER [OPTIONS]" separated by ';' of `train` (ddpm_cifar10 b128 compiled), each
-# run's summary.json and metrics.jsonl kept; DATA may be h5 (the local hdf5 copy) or s3://data/NAME
+# PACE_LATENTS=N: N synthetic latents of DiT-B/2 at 256 px, hdf5 at /tmp/lat (DATA "lat" for the gpu loader) and
+# stream at s3://data/lat (DATA "s3lat")
+if [ -n "${PACE_LATENTS:-}" ] && [ ! -f /tmp/pace/prepared-lat ]; then
+  rm -rf /tmp/lat && python3 -m bench.studies.stream_pace latents --url s3://data/lat --local /tmp/lat \
+    --count "$PACE_LATENTS" && touch /tmp/pace/prepared-lat || exit 1
+fi
+# PACE_LINK=RATE: the train runs read the store through a shaped link of RATE bytes/s (bench.objectstore.throttle),
+# whose carried bytes each run records
+if [ -n "${PACE_LINK:-}" ]; then
+  pkill -f "stream_pace link" ; rm -f /tmp/pace/link.json
+  setsid python3 -m bench.studies.stream_pace link --target-port 8533 --rate "$PACE_LINK" \
+    --state /tmp/pace/link.json > /tmp/link.log 2>&1 &
+  for _ in $(seq 60); do [ -f /tmp/pace/link.json ] && break; sleep 0.5; done
+  export AWS_ENDPOINT_URL=http://127.0.0.1:$(python3 -c 'import json;print(json.load(open("/tmp/pace/link.json"))["port"])')
+fi
+# PACE_TRAIN: runs "TAG DATA LOADER [OPTIONS]" separated by ';' of `train` (ddpm_cifar10 b128 compiled unless the
+# options name another --model), each run's summary.json, metrics.jsonl and link bytes kept; DATA may be h5 (the
+# local hdf5 copy of CIFAR-10), lat or s3lat (PACE_LATENTS), or s3://data/NAME. PACE_RANKS=N: N ranks (torchrun).
 if [ -n "${PACE_TRAIN:-}" ]; then
   [ -f /tmp/pace/prepared-h5 ] || { python3 -m dataprep convert --input /tmp/cifar/train --format hdf5 \
     --output /tmp/c_h5 --quiet && touch /tmp/pace/prepared-h5; } || exit 1
+  launch=(python3 -m training)
+  [ -n "${PACE_RANKS:-}" ] && launch=(torchrun --standalone --nproc_per_node "$PACE_RANKS" -m training)
   IFS=';' read -ra runs <<< "$PACE_TRAIN"
   for r in "${runs[@]}"; do
     read -r tag data loader extra <<< "$r"
-    [ "$data" = h5 ] && data=/tmp/c_h5
-    rm -rf "/tmp/runs/$tag"
-    timeout ${PACE_TRAIN_S:-240} python3 -m training --data "$data" --loader "$loader" --model ddpm_cifar10 \
+    case "$data" in h5) data=/tmp/c_h5;; lat) data=/tmp/lat;; s3lat) data=s3://data/lat;; esac
+    rm -rf "/tmp/runs/$tag"; mkdir -p "/tmp/pace/train_$tag"
+    cp /tmp/pace/link.json "/tmp/pace/train_$tag/link_before.json" 2>/dev/null
+    timeout ${PACE_TRAIN_S:-240} "${launch[@]}" --data "$data" --loader "$loader" --model ddpm_cifar10 \
       --batch-size 128 --compile --steps ${PACE_STEPS:-800} --lr-warmup 0 --sample-every 0 --ckpt-every 0 \
-      --log-every 50 --no-progress --out "/tmp/runs/$tag" $extra 2>&1 | tail -n 8
-    mkdir -p "/tmp/pace/train_$tag" && cp /tmp/runs/$tag/summary.json /tmp/runs/$tag/metrics.jsonl "/tmp/pace/train_$tag/"
+      --log-every 50 --no-progress --out "/tmp/runs/$tag" $extra 2>&1 | grep -v "^\[rank" | tail -n 8
+    cp /tmp/pace/link.json "/tmp/pace/train_$tag/link_after.json" 2>/dev/null
+    cp /tmp/runs/$tag/summary.json /tmp/runs/$tag/metrics*.jsonl "/tmp/pace/train_$tag/"
   done
 fi
 # PACE_OVERHEAD: worker counts for gpufeed's loader against LitData's own set alike (bench.studies.stream_overhead)

@@ -1,0 +1,63 @@
+"""The stream loader's next epoch, started before the current one ends.
+
+A DataLoader without persistent workers starts its workers as an epoch's first batch is asked for, and LitData's
+workers then open (or download) their first shards: the GPU waits for all of that at every epoch start. LitData's
+dataset cannot keep its workers across epochs (each worker holds the epoch it was pickled with), so the next epoch
+runs on a second DataLoader whose first batch is fetched in a thread while the current epoch's last batches are read.
+The two epochs' workers overlap only for that lead time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+LEAD_MIN_S = 0.5  # the least lead: a warm start (workers started, first shard read from the cache) takes ~0.2 s
+CANCEL_WAIT_S = 30.0  # how long close() waits for a first batch in flight before leaving its daemon thread behind
+
+
+class EpochAhead:
+    """Epoch `epoch` of `dl` (prepared for it by the caller), its first batch fetched in a daemon thread."""
+
+    def __init__(self, dl, epoch: int) -> None:
+        self.dl, self.epoch = dl, epoch
+        self._batches = iter(dl)  # a generator: nothing runs until the thread asks for the first batch
+        self._head, self._error = None, None
+        self._thread = threading.Thread(target=self._first, name="gpufeed-stream-next-epoch", daemon=True)
+        self._thread.start()
+
+    def _first(self) -> None:
+        try:
+            self._head = next(self._batches, None)
+        except BaseException as e:  # re-raised in the training thread, inside the loader's error reporting
+            self._error = e
+
+    def take(self) -> tuple[object, Iterator]:
+        """The first batch (None: an empty epoch) and the iterator of the rest; the thread's error, if it had one."""
+        self._thread.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return self._head, self._batches
+
+    def cancel(self) -> None:
+        """Stop its workers: the generator is closed once its first batch is in (a generator cannot be closed while
+        another thread runs it)."""
+        self._thread.join(CANCEL_WAIT_S)
+        if not self._thread.is_alive():
+            self._batches.close()
+        self._head = None
+
+
+class Lead:
+    """When to start the next epoch: once the batches left, at this epoch's pace, take no longer than twice a cold
+    start's time to the first batch (at least LEAD_MIN_S)."""
+
+    def __init__(self, startup_s: float, total: int, first: int) -> None:
+        self.lead_s = max(LEAD_MIN_S, 2 * startup_s)
+        self.total, self.first, self.t0 = total, first, time.perf_counter()
+
+    def due(self, i: int) -> bool:
+        done = i - self.first + 1
+        left = self.total - i - 1
+        return left * (time.perf_counter() - self.t0) / done <= self.lead_s
