@@ -1,10 +1,12 @@
-"""The stream loader's next epoch, started before the current one ends.
+"""The stream loader's epochs, overlapped: the next one started before the current one ends, the current one's
+workers stopped after its last batch is handed over.
 
 A DataLoader without persistent workers starts its workers as an epoch's first batch is asked for, and LitData's
 workers then open (or download) their first shards: the GPU waits for all of that at every epoch start. LitData's
 dataset cannot keep its workers across epochs (each worker holds the epoch it was pickled with), so the next epoch
 runs on a second DataLoader whose first batch is fetched in a thread while the current epoch's last batches are read.
-The two epochs' workers overlap only for that lead time."""
+The two epochs' workers overlap only for that lead time. An epoch's iterator stops its workers (joining each) when
+asked for the batch after its last: that happens in a thread too, once the last batch is out."""
 
 from __future__ import annotations
 
@@ -50,14 +52,32 @@ class EpochAhead:
 
 
 class Lead:
-    """When to start the next epoch: once the batches left, at this epoch's pace, take no longer than twice a cold
-    start's time to the first batch (at least LEAD_MIN_S)."""
+    """When to start the next epoch: in this epoch's second half (its pace measured over the first), once the batches
+    left take no longer than twice a cold start's time to the first batch (at least LEAD_MIN_S)."""
 
     def __init__(self, startup_s: float, total: int, first: int) -> None:
         self.lead_s = max(LEAD_MIN_S, 2 * startup_s)
         self.total, self.first, self.t0 = total, first, time.perf_counter()
 
     def due(self, i: int) -> bool:
-        done = i - self.first + 1
-        left = self.total - i - 1
-        return left * (time.perf_counter() - self.t0) / done <= self.lead_s
+        done, left = i - self.first + 1, self.total - i - 1
+        return done >= left and left * (time.perf_counter() - self.t0) / done <= self.lead_s
+
+
+class Retired:
+    """An epoch's iterator run to its end in a daemon thread (its workers stopped there); `extra` counts batches it
+    still had after the ones its length promised (none: the loader's length is exact)."""
+
+    def __init__(self, batches: Iterator) -> None:
+        self.extra = 0
+        self._thread = threading.Thread(target=self._drain, args=(batches,), name="gpufeed-stream-retire", daemon=True)
+        self._thread.start()
+
+    def _drain(self, batches: Iterator) -> None:
+        try:
+            self.extra = sum(1 for _ in batches)
+        except Exception:  # the epoch's batches were all delivered; a failure while stopping its workers loses none
+            pass
+
+    def join(self) -> None:
+        self._thread.join(CANCEL_WAIT_S)

@@ -33,7 +33,7 @@ from dataprep.text import printable
 
 from .base import Batch, Loader
 from .errors import LoaderError
-from .stream_ahead import EpochAhead, Lead
+from .stream_ahead import EpochAhead, Lead, Retired
 from .stream_cache import CacheFolder, parse_size
 from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
 from .workers import leave_stop_signals_to_the_parent, worker_errors
@@ -114,7 +114,7 @@ class StreamLoader(Loader):
         # exceeds its budget, and the next epoch's workers could delete one this epoch's are still reading
         size = sum(int(f.get("bytes", 0)) for f in files)
         self._ahead_ok = self.workers > 0 and (self._limit is None or 2 * size <= self._limit)
-        self._ahead, self._spare, self._startup_s = None, None, 0.0
+        self._ahead, self._spare, self._startup_s, self._retired = None, None, 0.0, []
         self._dl = self._loader()
 
     def _loader(self):
@@ -221,6 +221,9 @@ class StreamLoader(Loader):
 
     def _go_ahead(self) -> None:
         """Start the next epoch on the spare DataLoader (loaders.stream_ahead)."""
+        for retired in self._retired:  # the spare's last epoch, if it is still stopping its workers
+            retired.join()
+        self._retired = []
         if self._spare is None:
             self._spare = self._loader()
         self._prepare(self._spare, self.epoch + 1, 0)
@@ -238,7 +241,8 @@ class StreamLoader(Loader):
                 self._startup_s = time.perf_counter() - t0
             if head is None:
                 return
-            lead = Lead(self._startup_s, len(self), first) if self._ahead_ok else None
+            last = self._length - 1  # measured as the loader opened: the same every epoch
+            lead = Lead(self._startup_s, last + 1, first) if self._ahead_ok else None
             for i, (x, y, _length) in enumerate(itertools.chain([head], batches), start=first):
                 x = (
                     x.view(TORCH_DTYPES[self.dtype.name])
@@ -248,6 +252,9 @@ class StreamLoader(Loader):
                 if lead is not None and self._ahead is None and lead.due(i):
                     self._go_ahead()
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
+                if i == last and self.workers:
+                    self._retired.append(Retired(batches))
+                    return
 
     @contextmanager
     def _reported(self) -> Iterator[None]:
@@ -267,6 +274,8 @@ class StreamLoader(Loader):
         ahead, self._ahead, self._spare = self._ahead, None, None
         if ahead is not None:
             ahead.cancel()
+        for retired in self._retired:
+            retired.join()
         dl, self._dl = self._dl, None
         if dl is not None and getattr(dl, "_iterator", None) is not None:
             dl._iterator._shutdown_workers()
