@@ -24,13 +24,14 @@ class EpochAhead:
     def __init__(self, dl, epoch: int) -> None:
         self.dl, self.epoch = dl, epoch
         self._batches = iter(dl)  # a generator: nothing runs until the thread asks for the first batch
-        self._head, self._error = None, None
+        self._head, self._error, self.ready_s, self._t0 = None, None, 0.0, time.perf_counter()
         self._thread = threading.Thread(target=self._first, name="gpufeed-stream-next-epoch", daemon=True)
         self._thread.start()
 
     def _first(self) -> None:
         try:
             self._head = next(self._batches, None)
+            self.ready_s = time.perf_counter() - self._t0
         except BaseException as e:  # re-raised in the training thread, inside the loader's error reporting
             self._error = e
 
@@ -81,3 +82,26 @@ class Retired:
 
     def join(self) -> None:
         self._thread.join(CANCEL_WAIT_S)
+
+
+def stream_worker_init(worker_id: int) -> None:
+    """DataLoader `worker_init_fn` of the stream loader: stop signals left to the parent, and the checking downloader
+    registered in the worker too (a worker started by a fork server or spawn has LitData's own)."""
+    from litdata.streaming.downloader import register_downloader
+
+    from .stream_checks import checking_downloader
+    from .workers import leave_stop_signals_to_the_parent
+
+    leave_stop_signals_to_the_parent(worker_id)
+    register_downloader("s3://", checking_downloader(), overwrite=True)
+
+
+def start_fork_server() -> str:
+    """Start multiprocessing's fork server in a thread, with torch, LitData and this module imported once there, so
+    that the workers it forks start warm; "forkserver", the context to pass on."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "litdata", "loaders.stream_backend"])
+    threading.Thread(target=forkserver.ensure_running, name="gpufeed-fork-server", daemon=True).start()
+    return "forkserver"

@@ -33,13 +33,11 @@ from dataprep.text import printable
 
 from .base import Batch, Loader
 from .errors import LoaderError
-from .stream_ahead import EpochAhead, Lead, Retired
+from .stream_ahead import EpochAhead, Lead, Retired, start_fork_server, stream_worker_init
 from .stream_cache import CacheFolder, parse_size
-from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
-from .workers import leave_stop_signals_to_the_parent, worker_errors
+from .stream_checks import STALL_S, checking_downloader, crash_message, quiet_prefetch_crashes, stalled
+from .workers import worker_errors
 
-# a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
-STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
 # download never ends. This many attempts (boto3's standard mode: exponential backoff with jitter, at most 20 s a
 # wait) ride out a restart of a minute or two, then fail with the endpoint named
@@ -116,10 +114,14 @@ class StreamLoader(Loader):
         self._ahead_ok = self.workers > 0 and (self._limit is None or 2 * size <= self._limit)
         self._ahead, self._spare, self._startup_s, self._retired = None, None, 0.0, []
         self._dl = self._loader()
+        # the next epoch's workers start while this one trains: forked from the training process (a large one), each
+        # fork stops its threads for ~0.1 s; a fork server's are forked from a small process of their own
+        self._spare_context = o.mp_context or (start_fork_server() if self._ahead_ok else None)
 
-    def _loader(self):
-        """A StreamingDataLoader over the shards, with a torch generator of its own for its workers' seeds (drawn
-        from the global RNG otherwise, which would change the noise a resumed run trains on)."""
+    def _loader(self, context: str | None = None):
+        """A StreamingDataLoader over the shards, its workers started by `context` (the options' by default), with a
+        torch generator of its own for its workers' seeds (drawn from the global RNG otherwise, which would change the
+        noise a resumed run trains on)."""
         from litdata import StreamingDataLoader
         from litdata.utilities.env import _DistributedEnv
 
@@ -154,8 +156,8 @@ class StreamLoader(Loader):
             drop_last=o.drop_last,
             prefetch_factor=o.prefetch if self.workers else None,
             persistent_workers=False,
-            multiprocessing_context=o.mp_context if self.workers else None,
-            worker_init_fn=leave_stop_signals_to_the_parent,
+            multiprocessing_context=(context or o.mp_context) if self.workers else None,
+            worker_init_fn=stream_worker_init,
             timeout=STALL_S if self.workers else 0,
             generator=torch.Generator(),
         )
@@ -225,7 +227,7 @@ class StreamLoader(Loader):
             retired.join()
         self._retired = []
         if self._spare is None:
-            self._spare = self._loader()
+            self._spare = self._loader(self._spare_context)
         self._prepare(self._spare, self.epoch + 1, 0)
         self._ahead = EpochAhead(self._spare, self.epoch + 1)
 
@@ -234,6 +236,7 @@ class StreamLoader(Loader):
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
             if ahead is not None:
                 head, batches = ahead.take()
+                self._startup_s = max(self._startup_s, ahead.ready_s)  # the lead covers the slower of the two starts
             else:
                 t0 = time.perf_counter()
                 batches = iter(self._dl)
@@ -283,24 +286,3 @@ class StreamLoader(Loader):
         if self.cache is not None:
             self._folder.close()
             self.cache = None
-
-
-class stalled:  # noqa: N801 - used as a context manager, like worker_errors
-    """A DataLoader timeout (no batch for STALL_S seconds) as a LoaderError naming the store."""
-
-    def __init__(self, location: str) -> None:
-        self.location = location
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, tb) -> bool:
-        if kind is RuntimeError and "DataLoader timed out" in str(error):
-            from .errors import LoaderError
-
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
-            raise LoaderError(
-                f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
-                f"{endpoint}: the store stopped answering; continue with --resume once it is back"
-            )
-        return False

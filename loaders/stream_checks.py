@@ -16,6 +16,8 @@ from .errors import LoaderError
 from .stream_cache import expected_hashes
 
 # gpufeed's own message inside LitData's report of a crashed prefetch thread (a worker's, as text)
+# a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
+STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
 CRASH = re.compile(r"Original error: (?:LoaderError|DamagedDataError): (.*)$")
 
 
@@ -91,3 +93,24 @@ def crash_message(error: BaseException) -> str | None:
     text = str(error).strip()
     found = CRASH.search(text.splitlines()[-1]) if text else None
     return found.group(1) if found else None
+
+
+class stalled:  # noqa: N801 - used as a context manager, like worker_errors
+    """A DataLoader timeout (no batch for STALL_S seconds) as a LoaderError naming the store."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, tb) -> bool:
+        if kind is RuntimeError and "DataLoader timed out" in str(error):
+            from .errors import LoaderError
+
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
+            raise LoaderError(
+                f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
+                f"{endpoint}: the store stopped answering; continue with --resume once it is back"
+            )
+        return False

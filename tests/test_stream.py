@@ -117,7 +117,9 @@ def test_a_shuffled_epoch_decodes_each_sample_once(workers, monkeypatch, tmp_pat
         return keep(self, chunk_index, start, rows, table_idx)
 
     monkeypatch.setattr(PyTreeLoader, "_store_decode_window", counting)
-    with build_loader("stream", data, batch_size=32, workers=workers, augment=False, drop_last=False) as loader:
+    # forked workers, also for the next epoch (a fork server's would not see the counting patch)
+    kw = dict(batch_size=32, workers=workers, augment=False, drop_last=False, mp_context="fork")
+    with build_loader("stream", data, **kw) as loader:
         seen = [sum(len(x) for x in batches(loader, epoch)) for epoch in (0, 1)]
     decoded = sum(int(n) for n in tally.read_text().split())
     assert seen == [1200, 1200] and 2400 <= decoded <= 2400 + 3 * 256 * workers, f"{decoded} decoded for {seen}"
@@ -125,7 +127,8 @@ def test_a_shuffled_epoch_decodes_each_sample_once(workers, monkeypatch, tmp_pat
 
 def test_the_next_epoch_starts_before_this_one_ends(remote):
     """With workers, the next epoch's workers are running while this epoch's last batch is read (an epoch start
-    otherwise waits for new workers and their first shards), and that epoch delivers what a fresh loader does."""
+    otherwise waits for new workers and their first shards), started by a fork server (a fork of the training process
+    stops it for ~0.1 s a worker), and that epoch delivers what a fresh loader does."""
     import psutil
 
     kw = dict(batch_size=32, workers=2, augment=False, drop_last=True, seed=3)
@@ -137,10 +140,35 @@ def test_the_next_epoch_starts_before_this_one_ends(remote):
             if i == n - 1:
                 alive = len(me.children(recursive=True))
         second = batches(a, 1)
+        started_by = a._dl.multiprocessing_context.get_start_method()
     with build_loader("stream", remote, **kw) as b:
         fresh = batches(b, 1)
     assert alive >= 2 * kw["workers"], f"{alive} worker processes at the last batch of epoch 0"
+    assert started_by == "forkserver"
     assert len(second) == len(fresh) and all(torch.equal(p, q) for p, q in zip(second, fresh))
+
+
+def _downloader_after_worker_init(queue) -> None:
+    from litdata.streaming.downloader import _DOWNLOADERS
+
+    from loaders.stream_ahead import stream_worker_init
+
+    stream_worker_init(0)
+    queue.put(_DOWNLOADERS["s3://"].__name__)
+
+
+def test_a_worker_not_forked_checks_shards_too():
+    """A stream worker started by a fork server or spawn (a fresh interpreter: nothing registered by the loader's
+    process) registers the downloader that checks every shard's sha256 before LitData reads it."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=_downloader_after_worker_init, args=(queue,))
+    worker.start()
+    name = queue.get(timeout=120)
+    worker.join(30)
+    assert name == "CheckingS3Downloader"
 
 
 @pytest.mark.parametrize("workers", [0, 2])
