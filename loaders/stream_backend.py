@@ -18,9 +18,7 @@ prefetch_factor, and shards downloaded ahead per worker (at least 2); cache_limi
 from __future__ import annotations
 
 import atexit
-import itertools
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,9 +31,15 @@ from dataprep.text import printable
 
 from .base import Batch, Loader
 from .errors import LoaderError
-from .stream_ahead import EpochAhead, Lead, Retired, start_fork_server, stream_worker_init
 from .stream_cache import CacheFolder, parse_size
-from .stream_checks import STALL_S, checking_downloader, crash_message, quiet_prefetch_crashes, stalled
+from .stream_checks import (
+    STALL_S,
+    checking_downloader,
+    crash_message,
+    quiet_prefetch_crashes,
+    stalled,
+    stream_worker_init,
+)
 from .workers import worker_errors
 
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
@@ -108,20 +112,13 @@ class StreamLoader(Loader):
         atexit.register(self._folder.close)  # also when close() is never called
         register_downloader("s3://", checking_downloader(), overwrite=True)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
-        # two epochs' shards in the cache at once only where they fit: LitData deletes a read shard once the data
-        # exceeds its budget, and the next epoch's workers could delete one this epoch's are still reading
-        size = sum(int(f.get("bytes", 0)) for f in files)
-        self._ahead_ok = self.workers > 0 and (self._limit is None or 2 * size <= self._limit)
-        self._ahead, self._spare, self._startup_s, self._retired = None, None, 0.0, []
         self._dl = self._loader()
-        # the next epoch's workers start while this one trains: forked from the training process (a large one), each
-        # fork stops its threads for ~0.1 s; a fork server's are forked from a small process of their own
-        self._spare_context = o.mp_context or (start_fork_server() if self._ahead_ok else None)
+        self._next = None  # (epoch, batch) the running workers go on with, once an epoch was read to its end
 
-    def _loader(self, context: str | None = None):
-        """A StreamingDataLoader over the shards, its workers started by `context` (the options' by default), with a
-        torch generator of its own for its workers' seeds (drawn from the global RNG otherwise, which would change the
-        noise a resumed run trains on)."""
+    def _loader(self):
+        """A StreamingDataLoader over the shards whose workers persist across epochs, with a torch generator of its
+        own for their seeds (drawn from the global RNG otherwise, which would change the noise a resumed run trains
+        on)."""
         from litdata import StreamingDataLoader
         from litdata.utilities.env import _DistributedEnv
 
@@ -155,8 +152,10 @@ class StreamLoader(Loader):
             pin_memory=self.pin,
             drop_last=o.drop_last,
             prefetch_factor=o.prefetch if self.workers else None,
-            persistent_workers=False,
-            multiprocessing_context=(context or o.mp_context) if self.workers else None,
+            # an epoch start waited ~0.1-0.3 s for new workers (each a fork of the training process, stopping it) and
+            # their first shards; LitData's workers move on to the next epoch themselves when one ends
+            persistent_workers=self.workers > 0,
+            multiprocessing_context=o.mp_context if self.workers else None,
             worker_init_fn=stream_worker_init,
             timeout=STALL_S if self.workers else 0,
             generator=torch.Generator(),
@@ -212,52 +211,25 @@ class StreamLoader(Loader):
 
     def __iter__(self) -> Iterator[Batch]:
         first, self._start = self._start, 0
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None and ahead.epoch == self.epoch and first == 0:
-            self._dl, self._spare = ahead.dl, self._dl
-            return self._batches(0, ahead)
-        if ahead is not None:
-            ahead.cancel()
+        running = self._dl is not None and getattr(self._dl, "_iterator", None) is not None
+        if running and self._next != (self.epoch, first):  # workers that hold another epoch or position
+            self._shutdown(self._dl)
+            self._dl = self._loader()
+        self._next = None
         self._prepare(self._dl, self.epoch, first)
-        return self._batches(first, None)
+        return self._batches(self.epoch, first)
 
-    def _go_ahead(self) -> None:
-        """Start the next epoch on the spare DataLoader (loaders.stream_ahead)."""
-        for retired in self._retired:  # the spare's last epoch, if it is still stopping its workers
-            retired.join()
-        self._retired = []
-        if self._spare is None:
-            self._spare = self._loader(self._spare_context)
-        self._prepare(self._spare, self.epoch + 1, 0)
-        self._ahead = EpochAhead(self._spare, self.epoch + 1)
-
-    def _batches(self, first: int, ahead: EpochAhead | None) -> Iterator[Batch]:
+    def _batches(self, epoch: int, first: int) -> Iterator[Batch]:
         o = self.opts
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
-            if ahead is not None:
-                head, batches = ahead.take()
-                self._startup_s = max(self._startup_s, ahead.ready_s)  # the lead covers the slower of the two starts
-            else:
-                t0 = time.perf_counter()
-                batches = iter(self._dl)
-                head = next(batches, None)
-                self._startup_s = time.perf_counter() - t0
-            if head is None:
-                return
-            last = self._length - 1  # measured as the loader opened: the same every epoch
-            lead = Lead(self._startup_s, last + 1, first) if self._ahead_ok else None
-            for i, (x, y, _length) in enumerate(itertools.chain([head], batches), start=first):
+            for i, (x, y, _length) in enumerate(self._dl, start=first):
                 x = (
                     x.view(TORCH_DTYPES[self.dtype.name])
                     .reshape(len(y), *self.shape)
                     .to(o.device, non_blocking=self.pin)
                 )
-                if lead is not None and self._ahead is None and lead.due(i):
-                    self._go_ahead()
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
-                if i == last and self.workers:
-                    self._retired.append(Retired(batches))
-                    return
+            self._next = (epoch + 1, 0)
 
     @contextmanager
     def _reported(self) -> Iterator[None]:
@@ -273,16 +245,17 @@ class StreamLoader(Loader):
                 raise
             raise LoaderError(message) from None
 
-    def close(self) -> None:
-        ahead, self._ahead, self._spare = self._ahead, None, None
-        if ahead is not None:
-            ahead.cancel()
-        for retired in self._retired:
-            retired.join()
-        dl, self._dl = self._dl, None
-        if dl is not None and getattr(dl, "_iterator", None) is not None:
+    @staticmethod
+    def _shutdown(dl) -> None:
+        """Stop the persistent workers of `dl`, if it started any."""
+        if getattr(dl, "_iterator", None) is not None:
             dl._iterator._shutdown_workers()
             dl._iterator = None
+
+    def close(self) -> None:
+        dl, self._dl = self._dl, None
+        if dl is not None:
+            self._shutdown(dl)
         if self.cache is not None:
             self._folder.close()
             self.cache = None

@@ -95,6 +95,17 @@ def crash_message(error: BaseException) -> str | None:
     return found.group(1) if found else None
 
 
+def stream_worker_init(worker_id: int) -> None:
+    """DataLoader `worker_init_fn` of the stream loader: stop signals left to the parent, and the checking downloader
+    registered in the worker too (a worker started by a fork server or spawn has LitData's own)."""
+    from litdata.streaming.downloader import register_downloader
+
+    from .workers import leave_stop_signals_to_the_parent
+
+    leave_stop_signals_to_the_parent(worker_id)
+    register_downloader("s3://", checking_downloader(), overwrite=True)
+
+
 class stalled:  # noqa: N801 - used as a context manager, like worker_errors
     """A DataLoader timeout (no batch for STALL_S seconds) as a LoaderError naming the store."""
 

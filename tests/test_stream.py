@@ -98,8 +98,8 @@ def test_shuffle_is_deterministic_and_better_than_shard_level(remote, local):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shuffled_epoch_decodes_each_sample_once(workers, monkeypatch, tmp_path):
-    """Shuffled epochs decode each stored sample once (a shard split between two workers: its boundary block twice;
-    the next epoch's first batches, started before this one ends, once), counted where LitData keeps each decoded
+    """Shuffled epochs decode each stored sample once (a shard split between two workers: its boundary block twice),
+    counted where LitData keeps each decoded
     block, in this process or the workers it forks, for the shards pyarrow writes (Arrow record batches of 256 rows: a
     full in-shard shuffle decoded a block of 256 for every item read, ~128 decoded per sample; blocks counted from a
     split shard's part instead of its start decoded ~15 a sample in epoch 1) and for the plain ones."""
@@ -117,41 +117,44 @@ def test_a_shuffled_epoch_decodes_each_sample_once(workers, monkeypatch, tmp_pat
         return keep(self, chunk_index, start, rows, table_idx)
 
     monkeypatch.setattr(PyTreeLoader, "_store_decode_window", counting)
-    # forked workers, also for the next epoch (a fork server's would not see the counting patch)
-    kw = dict(batch_size=32, workers=workers, augment=False, drop_last=False, mp_context="fork")
-    with build_loader("stream", data, **kw) as loader:
+    with build_loader("stream", data, batch_size=32, workers=workers, augment=False, drop_last=False) as loader:
         seen = [sum(len(x) for x in batches(loader, epoch)) for epoch in (0, 1)]
     decoded = sum(int(n) for n in tally.read_text().split())
-    assert seen == [1200, 1200] and 2400 <= decoded <= 2400 + 3 * 256 * workers, f"{decoded} decoded for {seen}"
+    assert seen == [1200, 1200] and 2400 <= decoded <= 2400 + 2 * 256 * workers, f"{decoded} decoded for {seen}"
 
 
-def test_the_next_epoch_starts_before_this_one_ends(remote):
-    """With workers, the next epoch's workers are running while this epoch's last batch is read (an epoch start
-    otherwise waits for new workers and their first shards), started by a fork server (a fork of the training process
-    stops it for ~0.1 s a worker), and that epoch delivers what a fresh loader does."""
+def test_workers_persist_across_epochs(remote):
+    """With workers, the next epoch is read by the same worker processes (an epoch start otherwise waits for new ones,
+    each a fork of the training process, and their first shards), and delivers what a fresh loader's does; a resumed
+    position gets workers of its own."""
     import psutil
 
+    def workers() -> set[int]:
+        return {p.pid for p in psutil.Process().children()} - before
+
     kw = dict(batch_size=32, workers=2, augment=False, drop_last=True, seed=3)
-    me = psutil.Process()
+    before = {p.pid for p in psutil.Process().children()}  # the store's server
     with build_loader("stream", remote, **kw) as a:
         a.set_epoch(0)
-        n, alive = len(a), 0
-        for i, _ in enumerate(a):
-            if i == n - 1:
-                alive = len(me.children(recursive=True))
-        second = batches(a, 1)
-        started_by = a._dl.multiprocessing_context.get_start_method()
+        first = [workers() for i, _ in enumerate(a) if i == 1][0]
+        a.set_epoch(1)
+        second = [b.x for b in a]
+        again = workers()
+        a.set_epoch(1)
+        a.start_at(3)
+        resumed = [b.x for b in a]
+        resumed_by = workers()
     with build_loader("stream", remote, **kw) as b:
         fresh = batches(b, 1)
-    assert alive >= 2 * kw["workers"], f"{alive} worker processes at the last batch of epoch 0"
-    assert started_by == "forkserver"
+    assert len(first) == kw["workers"] and first == again and not first & resumed_by, (first, again, resumed_by)
     assert len(second) == len(fresh) and all(torch.equal(p, q) for p, q in zip(second, fresh))
+    assert len(resumed) == len(fresh) - 3 and all(torch.equal(p, q) for p, q in zip(resumed, fresh[3:]))
 
 
 def _downloader_after_worker_init(queue) -> None:
     from litdata.streaming.downloader import _DOWNLOADERS
 
-    from loaders.stream_ahead import stream_worker_init
+    from loaders.stream_checks import stream_worker_init
 
     stream_worker_init(0)
     queue.put(_DOWNLOADERS["s3://"].__name__)
