@@ -17,7 +17,15 @@ from pathlib import Path
 from . import ranks
 from .convert_config import ConvertConfig, ConvertError
 from .convert_input import chunk_size, open_source, read_from, usable
-from .convert_latents import add_encoder_times, encode_share, latent_encoder, load_autoencoder, ranks_group
+from .convert_latents import (
+    add_encoder_times,
+    decoded_line,
+    encode_share,
+    latent_encoder,
+    load_autoencoder,
+    ranks_group,
+    share_decoding,
+)
 from .convert_manifest import build_manifest, dataset_meta, recorded_command
 from .convert_write import finish_all, write_all
 from .digest import SampleDigest
@@ -94,7 +102,9 @@ def _convert(cfg: ConvertConfig) -> dict:
         tmp = work.tmp
         total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
-            decoded = source.chunks(chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers)
+            size = chunk_size(cfg, source, spec)
+            share_decoding(cfg, source, size)
+            decoded = source.chunks(size, cfg.on_bad_file, cfg.workers)
             stream = usable(decoded, cfg.limit, skipped)
             streams += [decoded, stream]
             with times.timed("first samples (workers start)"):
@@ -129,6 +139,8 @@ def _convert(cfg: ConvertConfig) -> dict:
             print(times.table(wall, cpu), file=sys.stderr)
             if encoder is not None and encoder.pace():
                 print(f"encoded {encoder.pace():,.0f} samples/s after the first chunk", file=sys.stderr)
+            if encoder is not None and encoder.world > 1 and (line := decoded_line(source)):
+                print(line, file=sys.stderr)
         return manifest
     except BaseException as e:
         _abandon(streams, work, [*writers.values(), *(h for h in early.values() if h is not None)])

@@ -4,6 +4,7 @@ alone writes the output."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -62,11 +63,31 @@ def latent_encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: Audio
     )
 
 
+def share_decoding(cfg: ConvertConfig, source, size: int) -> None:
+    """Under torchrun a rank decodes only the files of its own batches (rank r encodes batches r, r + world, ... of
+    each chunk of `size`), and the first file, which gives every left-out sample its shape. Only where samples keep
+    their places: a skipped bad file (--on-bad-file skip) moves every later one, so there each rank decodes all."""
+    rank, world, _ = ranks.world()
+    if cfg.vae is None or world == 1 or cfg.on_bad_file != "error" or not hasattr(source, "needed"):
+        return
+    bs = cfg.batch_size
+    source.needed = lambda i: i == 0 or (i % size) // bs % world == rank
+
+
+def decoded_line(source) -> str | None:
+    """How many samples this rank decoded, for --timings (None where the source does not count them)."""
+    if not hasattr(source, "decoded"):
+        return None
+    return f"rank {ranks.world()[0]}: decoded {source.decoded:,} of {len(source):,} samples"
+
+
 def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
-    """A rank other than 0 under torchrun: read the same input, encode this rank's batches, write nothing (rank 0
-    gathers every batch and writes the one output)."""
+    """A rank other than 0 under torchrun: read the same input, decode and encode this rank's batches, write nothing
+    (rank 0 gathers every batch and writes the one output)."""
     source = open_source(cfg, spec)
-    stream = usable(source.chunks(chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers), cfg.limit, [])
+    size = chunk_size(cfg, source, spec)
+    share_decoding(cfg, source, size)
+    stream = usable(source.chunks(size, cfg.on_bad_file, cfg.workers), cfg.limit, [])
     first = next(stream, None)
     if first is None:
         return {}
@@ -78,6 +99,8 @@ def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
     finally:  # on an error too: the decoding processes stop now, not at the interpreter's shutdown
         encoded.close()
         stream.close()
+    if cfg.timings and (line := decoded_line(source)):
+        print(line, file=sys.stderr)
     return {}
 
 

@@ -27,7 +27,7 @@ def available_cores() -> int:
 
 def cores_per_rank() -> int:
     """This process's share of those cores: under torchrun the ranks of a host share them (every rank of `convert
-    --vae` decodes the whole input), else all of them."""
+    --vae` decodes its own share of the input), else all of them."""
     return max(1, available_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 

@@ -101,7 +101,10 @@ def soak(command: list[str], out: Path, interval: float, duration: float | None,
     deadline = time.monotonic() + grace
     while (left := tree.leftovers()) and time.monotonic() < deadline:
         time.sleep(0.5)
+    from ..records.env import run_record
+
     summary = {
+        "run": run_record(),
         "command": command,
         "exit_status": proc.returncode,
         "stopped_after_s": duration if stopped else None,

@@ -97,7 +97,10 @@ def main() -> None:
     args = p.parse_args()
     with h5py.File(args.data / "data.h5", "r") as f:
         x = f["x"][:]
+    from ..records.env import run_record
+
     result = {
+        "run": run_record("cpu"),
         "samples": len(x),
         "hdf5_samples_per_s_by_chunk": hdf5_chunks(x),
         "dali_samples_per_s_by_layout": dali_layouts(args.data, x),

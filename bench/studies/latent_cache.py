@@ -114,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or set(modes) - {"eager", "compiled"}:
         p.error(f"--modes takes eager, compiled or both, not {args.modes!r}")
     rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, m == "compiled", args.device) for m in modes]
-    args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    from ..records.env import run_record
+
+    args.json.write_text(json.dumps({"run": run_record(args.device), "rows": rows}, indent=1) + "\n")
     for row in rows:
         mode = "compiled" if row["compile"] else "eager"
         print(f"encoder {mode}: {row['samples_per_s']:,.0f} samples/s", file=sys.stderr)

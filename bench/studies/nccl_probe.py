@@ -71,7 +71,10 @@ def main() -> None:
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl")
     try:
+        from ..records.env import run_record
+
         result = probe(a.model) | {
+            "run": run_record(),
             "device": torch.cuda.get_device_name(),
             "torch": torch.__version__,
             "nccl": ".".join(map(str, torch.cuda.nccl.version())),

@@ -299,7 +299,9 @@ def summary(results: Path, steps: int) -> dict:
         }
         for r in rs
     ]
-    record = {"runs": rates, "traces": found}
+    from ..records.env import run_record
+
+    record = {"run": run_record(), "runs": rates, "traces": found}
     (results / "summary.json").write_text(json.dumps(record, indent=1))
     print("\n".join(md))
     return record

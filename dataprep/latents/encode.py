@@ -7,8 +7,9 @@ caching only if the mirror is encoded too; clips have one (a spectrogram has no 
 std rather than one draw: the loaders draw z = mean + std * noise afresh every epoch (as EDM2 does), which is what
 encoding in the loop gives, and the mean alone is the deterministic encoding anyone can compare with their own.
 
-Under torchrun every rank reads the same input and encodes every world_size-th batch of each chunk; rank 0 gathers
-and writes, so the output is the same dataset as one process writes (the batches are the same batches)."""
+Under torchrun every rank lists the same input, decodes the files of its own batches (convert_latents.share_decoding)
+and encodes every world_size-th batch of each chunk; rank 0 gathers and writes, so the output is the same dataset as
+one process writes (the batches are the same batches)."""
 
 from __future__ import annotations
 

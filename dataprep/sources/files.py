@@ -39,15 +39,29 @@ class FileSource(Source):
     decode: Callable[[Path], tuple[np.ndarray, int | None]]
     root: Path
     decode_cpu_s: float = 0.0  # summed over the decoding processes, for the conversion's timings
+    decoded: int = 0  # samples this process decoded (under torchrun --vae, its share)
+    # which samples (by index in `items`) this process needs the pixels of; the others come as zeros of the same shape
+    needed: Callable[[int], bool] | None = None
 
     def __len__(self) -> int:
         return len(self.items)
 
     def _results(self, workers: int) -> Iterator[tuple[bool, object]]:
-        paths = [p for p, _ in self.items]
+        """(ok, decoded sample or problem) per item in order; (True, None) for an item this process does not need."""
+        need = self.needed or (lambda i: True)
+        paths = [p for i, (p, _) in enumerate(self.items) if need(i)]
         blocks = (paths[i : i + DECODE_BLOCK] for i in range(0, len(paths), DECODE_BLOCK))
-        for _, (results, cpu_s) in ordered_map(partial(_safe_block, self.decode), blocks, workers):
+        decoded = self._decoded(ordered_map(partial(_safe_block, self.decode), blocks, workers))
+        try:
+            for i in range(len(self.items)):
+                yield next(decoded) if need(i) else (True, None)
+        finally:  # closed early: the decoding processes stop now
+            decoded.close()
+
+    def _decoded(self, answers: Iterator[tuple]) -> Iterator[tuple[bool, object]]:
+        for _, (results, cpu_s) in answers:
             self.decode_cpu_s += cpu_s
+            self.decoded += len(results)
             yield from ((ok, self.received(value) if ok else value) for ok, value in results)
 
     def received(self, value: tuple[np.ndarray, int | None]) -> tuple[np.ndarray, int | None]:
@@ -56,12 +70,14 @@ class FileSource(Source):
 
     def chunks(self, chunk_size: int, on_bad_file: str, workers: int) -> Iterator[Chunk]:
         xs, ys, lengths, skipped, names = [], [], [], [], []
-        shape, first = None, None
+        shape, first, like = None, None, None
         for (path, label), (ok, value) in zip(self.items, self._results(workers)):
-            if ok:
+            if ok and value is None:  # not this process's to decode: zeros like the first sample, filled in below
+                x, n = None, None
+            elif ok:
                 x, n = value
                 if shape is None:
-                    shape, first = x.shape, self._relative(path)
+                    shape, first, like = x.shape, self._relative(path), x
                 elif x.shape != shape:
                     ok, value = False, self._mismatch(x.shape, first, shape)
             if not ok:
@@ -75,10 +91,10 @@ class FileSource(Source):
             lengths.append(n)
             names.append(path)
             if len(ys) == chunk_size:
-                yield self._chunk(xs, ys, lengths, skipped, names)
+                yield self._chunk(xs, ys, lengths, skipped, names, like)
                 xs, ys, lengths, skipped, names = [], [], [], [], []
         if ys or skipped:
-            yield self._chunk(xs, ys, lengths, skipped, names)
+            yield self._chunk(xs, ys, lengths, skipped, names, like)
 
     def _relative(self, path: Path) -> Path:
         return path.relative_to(self.root) if path.is_relative_to(self.root) else path
@@ -88,9 +104,11 @@ class FileSource(Source):
         return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
 
     @staticmethod
-    def _chunk(xs, ys, lengths, skipped, names) -> Chunk:
+    def _chunk(xs, ys, lengths, skipped, names, like) -> Chunk:
+        # the first item is always decoded where items are left out (convert_latents.share_decoding): `like` is known
+        xs = [np.zeros_like(like) if x is None else x for x in xs]
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
-        length = None if not lengths or lengths[0] is None else np.asarray(lengths, np.int64)
+        length = None if all(n is None for n in lengths) else np.asarray([n or 0 for n in lengths], np.int64)
         return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names)
 
 
