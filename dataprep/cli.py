@@ -78,6 +78,13 @@ def cli() -> None:
     "(as torchvision's Resize(N) + CenterCrop(N)); needed when the images differ in size.",
 )
 @click.option(
+    "--caption-template",
+    "caption_templates",
+    multiple=True,
+    help='Caption each sample from its class name, e.g. "a photo of a {label}"; repeat it for several templates, '
+    "one drawn per sample (seeded). For inputs without captions of their own.",
+)
+@click.option(
     "--vae",
     help="Store latents, not samples: a diffusers AutoencoderKL directory (save_pretrained) or hub id encodes every "
     "image (and its mirror) or clip (its AudioLDM log-mel) once.",
@@ -114,6 +121,7 @@ def convert(
     clip_seconds,
     channels,
     size,
+    caption_templates,
     vae,
     batch_size,
     device,
@@ -143,6 +151,7 @@ def convert(
         clip_seconds=clip_seconds,
         channels=channels,
         size=size,
+        caption_templates=tuple(caption_templates),
         progress=not quiet,
         overwrite=overwrite,
         timings=timings,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from . import ranks
 from .convert_config import ConvertConfig, ConvertError
-from .convert_input import chunk_size, open_source, read_from, usable
+from .convert_input import chunk_size, open_source, read_from, usable, with_templates
 from .convert_latents import add_encoder_times, encode_share, latent_encoder, load_autoencoder, ranks_group
 from .convert_manifest import build_manifest, dataset_meta, recorded_command
 from .convert_write import finish_all, write_all
@@ -95,7 +95,7 @@ def _convert(cfg: ConvertConfig) -> dict:
         total = len(source) if cfg.limit is None else min(cfg.limit, len(source))
         with tqdm(total=total, unit="sample", desc="convert", disable=not cfg.progress, file=sys.stderr) as bar:
             decoded = source.chunks(chunk_size(cfg, source, spec), cfg.on_bad_file, cfg.workers)
-            stream = usable(decoded, cfg.limit, skipped)
+            stream = with_templates(cfg, source, usable(decoded, cfg.limit, skipped))
             streams += [decoded, stream]
             with times.timed("first samples (workers start)"):
                 first = next(stream, None)

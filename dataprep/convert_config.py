@@ -31,6 +31,7 @@ class ConvertConfig:
     overwrite: bool = False
     timings: bool = False  # print where the time went (the manifest keeps it either way)
     command: str | None = None  # recorded in the manifest; defaults to sys.argv
+    caption_templates: tuple[str, ...] = ()  # captions from class names, one drawn per sample (sources.captions)
     # latents (dataprep.latents): encode every sample once with this AutoencoderKL (a directory or a hub id)
     vae: str | None = None
     batch_size: int = 64  # samples per autoencoder batch: an SD-sized encoder at 256 px fits in a few GiB at 64

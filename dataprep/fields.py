@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-ROOTS = ("kind", "sample_shape", "dtype", "count", "classes", "audio", "resize", "latent")
+ROOTS = ("kind", "sample_shape", "dtype", "count", "classes", "audio", "resize", "latent", "captions")
 MOVABLE = frozenset({"latent.vae.name"})
 
 

@@ -20,6 +20,7 @@ class DatasetMeta:
     dtype: str  # "uint8" for images, "float32" for audio
     classes: list[str]
     sample_rate: int | None = None  # audio only
+    captions: bool = False  # every sample has a caption, stored by every format (manifest: schema.txt, captions)
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> DatasetMeta:
@@ -30,11 +31,17 @@ class DatasetMeta:
             manifest["dtype"],
             manifest["classes"],
             audio.get("sample_rate"),
+            has_captions(manifest),
         )
 
     @property
     def record_bytes(self) -> int:
         return int(np.prod(self.sample_shape)) * np.dtype(self.dtype).itemsize
+
+
+def has_captions(manifest: dict) -> bool:
+    """Whether every format stores a caption per sample: the manifest describes them under "captions"."""
+    return isinstance(manifest.get("captions"), dict)
 
 
 class FormatWriter(ABC):

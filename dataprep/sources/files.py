@@ -39,6 +39,11 @@ class FileSource(Source):
     decode: Callable[[Path], tuple[np.ndarray, int | None]]
     root: Path
     decode_cpu_s: float = 0.0  # summed over the decoding processes, for the conversion's timings
+    caption_of: dict[Path, str] | None = None  # each sample's caption, where the folder holds them (sources.captions)
+
+    @property
+    def captions(self) -> bool:
+        return self.caption_of is not None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -87,11 +92,11 @@ class FileSource(Source):
         hint = "; pass --size N to resize every image to N x N" if self.kind == "image" else ""
         return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
 
-    @staticmethod
-    def _chunk(xs, ys, lengths, skipped, names) -> Chunk:
+    def _chunk(self, xs, ys, lengths, skipped, names) -> Chunk:
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
         length = None if not lengths or lengths[0] is None else np.asarray(lengths, np.int64)
-        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names)
+        text = None if self.caption_of is None else [self.caption_of[p] for p in names]
+        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names, text)
 
 
 def mixed(items: list[tuple[Path, int]]) -> list[tuple[Path, int]]:
