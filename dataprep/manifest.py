@@ -144,6 +144,21 @@ def resize_line(manifest: dict) -> str:
     return f"to {r.get('size')} x {r.get('size')} at conversion ({r.get('method')})"
 
 
+def caption_lines(captions) -> list[str]:
+    """The captions' lengths (characters and words: min, median, p95, max) and their templates, for `info`."""
+    if not isinstance(captions, dict):
+        return []
+
+    def spread(key: str) -> str:
+        s = captions.get(key) if isinstance(captions.get(key), dict) else {}
+        return f"{s.get('min')} / {s.get('median')} / {s.get('p95')} / {s.get('max')} {key}"
+
+    lines = [f"captions: min / median / p95 / max: {spread('chars')}, {spread('words')}; {captions.get('empty')} empty"]
+    if isinstance(captions.get("templates"), list):
+        lines.append(f"captions: from templates {'; '.join(map(str, captions['templates']))}")
+    return lines
+
+
 def describe(manifest: dict) -> str:
     """A readable summary for `dataprep info`, every string from the manifest with control characters escaped."""
     src = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
@@ -165,6 +180,7 @@ def describe(manifest: dict) -> str:
             f"std stored as {manifest['dtype']}, delivered x {lat['scaling_factor']}"
         )
         lines.append(f"vae:     {vae.get('name')} (sha256 {str(vae.get('sha256'))[:16]}...)")
+    lines += caption_lines(manifest.get("captions"))
     for name, fmt in manifest["formats"].items():
         files = fmt.get("files", [])
         size = sum(f["bytes"] for f in files)
