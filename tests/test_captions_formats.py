@@ -97,3 +97,12 @@ def test_clips_with_templates_in_every_format(fsdd_root, tmp_path):
     truth = [f"someone says {m['classes'][k]}" for k in y]
     assert all(captions_in(tmp_path / "out", fmt) == truth for fmt in FORMATS)
     assert verify(tmp_path / "out") == []
+
+
+def test_open_checks_accept_captioned_layouts(captioned):
+    """The layout checks the loaders run at open pass on captioned data (hdf5's txt, the .beton's text field, the
+    DALI index's txt members of differing sizes)."""
+    from dataprep.formats import dali, ffcv_tables, hdf5
+
+    out, m = captioned[0], load_manifest(captioned[0])
+    assert [hdf5.check_layout(out, m), ffcv_tables.check_tables(out, m), dali.check_shards(out, m)] == [None] * 3
