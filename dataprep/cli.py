@@ -213,6 +213,26 @@ def info(data_dir: Path | str) -> None:
         click.echo(f"note:    {line}")
 
 
+@cli.command("make-text-encoder")
+@click.argument("kind", type=click.Choice(["clip", "t5", "clap"]))
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--size",
+    type=click.Choice(["tiny", "clip-l", "t5-xl"]),
+    default="tiny",
+    show_default=True,
+    help="tiny (tests), clip-l (CLIP ViT-L/14's text tower) or t5-xl (T5 v1.1 XL's encoder).",
+)
+def make_text_encoder(kind: str, path: Path, size: str) -> None:
+    """Build a text encoder from its config with random weights (nothing downloaded) and save its model and tokenizer
+    into the new folder PATH, for --text-encoder: the speed of a real one, not its meaning."""
+    from .text import printable
+    from .textenc import make_text_encoder as make
+
+    _guard(make, kind, path, size)
+    click.echo(f"wrote a {size} {kind} text encoder to {printable(path)}")
+
+
 def _device(device: str | None, vae: str | None) -> str | None:
     if device is None:
         return None

@@ -28,6 +28,9 @@ class Batch:
     x: torch.Tensor  # images (N,3,H,W) in [-1,1]; audio (N,C,n_mels,frames) log-mel in about [-1,1], or (N,C,T) wave;
     # latents (N,C,h,w) scaled by the autoencoder's scaling_factor (about unit variance)
     y: torch.Tensor  # int64 labels (N,)
+    # captions: dataprep.textenc.TextEmbeddings on the device (cached embeddings, padded per batch), or the raw
+    # captions as a list of str (`train --text-encoder` encodes them in the step); None for data without captions
+    text: object = None
 
 
 @dataclass(kw_only=True)
