@@ -89,8 +89,22 @@ def cli() -> None:
     help="Store latents, not samples: a diffusers AutoencoderKL directory (save_pretrained) or hub id encodes every "
     "image (and its mirror) or clip (its AudioLDM log-mel) once.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae batch.")
-@click.option("--device", help="Where --vae encodes: cuda, cuda:N or cpu [default: cuda when present].")
+@click.option(
+    "--text-encoder",
+    type=click.Path(exists=True, file_okay=False),
+    help="Cache caption embeddings: a save_pretrained text encoder folder (CLIP, T5 or CLAP text model) encodes every "
+    "distinct caption once; tokens, mask and pooled vector are stored beside the samples.",
+)
+@click.option(
+    "--text-max-tokens", type=click.IntRange(min=2), help="Cut captions at N tokens [default: the encoder's limit]."
+)
+@click.option("--text-dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae or --text-encoder batch."
+)
+@click.option(
+    "--device", help="Where --vae and --text-encoder encode: cuda, cuda:N or cpu [default: cuda when present]."
+)
 @click.option(
     "--vae-precision",
     type=click.Choice(["bf16", "fp32"]),
@@ -123,6 +137,9 @@ def convert(
     size,
     caption_templates,
     vae,
+    text_encoder,
+    text_max_tokens,
+    text_dtype,
     batch_size,
     device,
     vae_precision,
@@ -157,9 +174,12 @@ def convert(
         timings=timings,
         vae=vae,
         batch_size=batch_size,
-        device=_device(device, vae),
+        device=_device(device, vae or text_encoder),
         vae_precision=vae_precision,
         compile=compile,
+        text_encoder=text_encoder,
+        text_max_tokens=text_max_tokens,
+        text_dtype=text_dtype,
     )
     manifest = _guard(run, cfg)
     if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
@@ -233,11 +253,12 @@ def make_text_encoder(kind: str, path: Path, size: str) -> None:
     click.echo(f"wrote a {size} {kind} text encoder to {printable(path)}")
 
 
-def _device(device: str | None, vae: str | None) -> str | None:
+def _device(device: str | None, encoder: str | None) -> str | None:
     if device is None:
         return None
-    if vae is None:
-        raise click.BadParameter("only --vae runs on a device; drop --device or add --vae", param_hint="--device")
+    if encoder is None:
+        message = "only --vae and --text-encoder run on a device; drop --device or add one of them"
+        raise click.BadParameter(message, param_hint="--device")
     if device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     import torch

@@ -38,3 +38,7 @@ class ConvertConfig:
     device: str | None = None  # where the autoencoder runs; None: cuda when there is one
     vae_precision: str = "bf16"  # bf16 autocast on a GPU (the encoder's fast path); always fp32 on the CPU
     compile: bool = False  # torch.compile the encoder: faster after half a minute of compiling (finding 6)
+    # caption embeddings (dataprep.textcache): encode every distinct caption once with this save_pretrained encoder
+    text_encoder: str | None = None
+    text_max_tokens: int | None = None  # None: the encoder's own limit (CLIP 77, T5 120)
+    text_dtype: str = "bf16"  # what the embeddings are stored as: bf16 (T5's range) or fp16 (3 more mantissa bits)

@@ -48,6 +48,18 @@ def load_autoencoder(cfg: ConvertConfig, times: Timings):
         return load_vae(cfg.vae, _rank_device(cfg))
 
 
+def load_caption_encoder(cfg: ConvertConfig, times: Timings):
+    """The text encoder on rank 0's device: bf16 weights on a GPU (its fast path), fp32 on the CPU."""
+    import torch
+
+    from .textenc import load_text_encoder
+
+    device = _rank_device(cfg)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    with times.timed("load the text encoder"):
+        return load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
+
+
 def latent_encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
     from .latents.encode import LatentEncoder
 

@@ -12,8 +12,9 @@ from .fields import changed_fields
 from .finite import first_non_finite
 from .formats import module
 from .formats.base import has_captions
-from .manifest import NAME, load_manifest, require_verifiable
+from .manifest import NAME, file_lists, load_manifest, require_verifiable
 from .paths import NotRegularError, OutsideError, all_inside, open_regular
+from .textcache import check_table
 
 
 def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
@@ -106,9 +107,12 @@ def verify(data_dir: Path | str) -> list[str]:
     manifest = load_manifest(data_dir)
     require_verifiable(manifest, data_dir / "manifest.json")
     expected = manifest["digest"]
-    for info in manifest["formats"].values():  # before any file is opened: a path leading out stops it all
+    for info in file_lists(manifest).values():  # before any file is opened: a path leading out stops it all
         all_inside(data_dir, (f["path"] for f in info["files"]), source=data_dir / NAME)
     problems, digests = [f"{NAME}: {p}" for p in changed_fields(manifest) or []], {}
+    if "text" in manifest:
+        problem = _check_files(data_dir, "text", manifest["text"]["files"]) or check_table(data_dir, manifest)
+        problems += [problem] if problem else []
     for name, info in manifest["formats"].items():
         problem = _check_files(data_dir, name, info["files"])
         if problem:
