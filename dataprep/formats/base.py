@@ -44,6 +44,13 @@ def has_captions(manifest: dict) -> bool:
     return isinstance(manifest.get("captions"), dict)
 
 
+def captions_padded(padded) -> list[str]:
+    """Rows of captions' UTF-8 bytes, each ended by a NUL and padded to the longest (FFCV's BytesDecoder leaves the
+    rest of a row as it was, DALI's pad zeros it), as str: cut at the first NUL, as a loader has no sizes at hand (a
+    caption holding a NUL character is cut there, and then has no cached embedding: an error, never a wrong one)."""
+    return [bytes(row).split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for row in np.asarray(padded)]
+
+
 class FormatWriter(ABC):
     """Writes one format into `out_dir` (the temporary conversion directory)."""
 

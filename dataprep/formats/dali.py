@@ -7,7 +7,8 @@ Sample k (global, manifest order) is the tar members `{k:08d}.<ext>`, each the r
     images: `rgb`  uint8 (H, W, 3) pixels        -> readers.webdataset(ext=["rgb", "cls"], dtypes=[UINT8, INT64])
     audio:  `pcm`  float32 (T,) or (C, T) samples -> ext=["pcm", "cls", "len"], dtypes=[FLOAT, INT64, INT64]
     latent: `lat`  float16 (V, 2, C, h, w) moments -> ext=["lat", "cls"], dtypes=[FLOAT16, INT64]
-    both:   `cls`  int64 label;  audio: `len` int64 valid samples;  captioned: `txt` the caption's UTF-8 bytes
+    both:   `cls`  int64 label;  audio: `len` int64 valid samples;  captioned: `txt` the caption's UTF-8 bytes and
+            a NUL (no member is empty; the loader pads a batch's captions and cuts each at its NUL)
 The reader returns flat 1-D tensors of the declared dtype: reshape to manifest["sample_shape"]. No decoder runs:
 the pixels are already decoded, so DALI's work is reading, flipping and normalizing. Index files are in DALI's
 wds2idx "v1.2" format (one line per sample: `ext offset size name` per component).
@@ -60,7 +61,7 @@ def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list
         if chunk.length is not None:
             parts.append((f"{key}.{LENGTH_EXT}", np.int64(chunk.length[k]).tobytes()))
         if chunk.text is not None:
-            parts.append((f"{key}.{TEXT_EXT}", chunk.text[k].encode("utf-8", "surrogateescape")))
+            parts.append((f"{key}.{TEXT_EXT}", chunk.text[k].encode("utf-8", "surrogateescape") + b"\0"))
         record, entries = bytearray(), []
         for name, data in parts:
             info = tarfile.TarInfo(name)
@@ -163,7 +164,7 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                 elif kind == LENGTH_EXT:
                     lens.append(np.frombuffer(data, "<i8")[0])
                 elif kind == TEXT_EXT:
-                    texts.append(data.decode("utf-8", "surrogateescape"))
+                    texts.append(data[:-1].decode("utf-8", "surrogateescape"))
                 if (
                     len(ys) == chunk_size
                     and len(xs) == chunk_size
