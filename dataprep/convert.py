@@ -87,11 +87,9 @@ def _convert(cfg: ConvertConfig) -> dict:
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
     times = Timings()
     vae = load_autoencoder(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after decoding
-    if vae is not None and _rank() > 0:
-        return encode_share(cfg, spec, vae)
-    if cfg.text_encoder and _rank() > 0:  # rank 0 encodes the captions on its GPU and writes the output
-        return {}
     text_encoder = load_caption_encoder(cfg, times) if cfg.text_encoder else None
+    if (vae is not None or text_encoder is not None) and _rank() > 0:
+        return encode_share(cfg, spec, vae, text_encoder)
     early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
     writers, digest, skipped, work, text_cache = {}, SampleDigest(), [], None, None
     streams: list = []  # the generators feeding the writers, closed on a failure (which stops their workers now)

@@ -53,8 +53,9 @@ def finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict:
         return {n: {"files": describe_files(root, f, workers)} for n, f in files.items()}
 
 
-def caption_cache(cfg, encoder, root: Path, first: Chunk):
-    """The writer of `text/` (dataprep.textcache), for samples that have captions."""
+def caption_cache(cfg, encoder, root: Path | None, first: Chunk):
+    """The writer of `text/` (dataprep.textcache), for samples that have captions; `root` None: a rank other than 0
+    under torchrun, which encodes its share and writes nothing."""
     from .convert_config import ConvertError
     from .textcache import TextCacheWriter
 

@@ -44,18 +44,23 @@ def _bits(x, dtype: str) -> np.ndarray:
 
 
 class TextCacheWriter:
-    """Encodes each distinct caption once, `batch_size` at a time, appending to the files of `text/`."""
+    """Encodes each distinct caption once, `batch_size` at a time, appending to the files of `text/`. Under torchrun
+    every rank sees the same captions and takes every world_size-th batch; rank 0 gathers them and writes (the
+    batches are those one process encodes, so the table is the same); the other ranks pass `out_dir=None`."""
 
-    def __init__(self, out_dir: Path, encoder, dtype: str, batch_size: int) -> None:
+    def __init__(self, out_dir: Path | None, encoder, dtype: str, batch_size: int) -> None:
         if dtype not in DTYPES:
             raise ValueError(f"text dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-        self.root = Path(out_dir) / DIRNAME
-        self.root.mkdir()
         self.encoder, self.dtype, self.batch_size = encoder, dtype, batch_size
+        self.rank, self.world = _dist()
         self.ids: dict[str, int] = {}
         self.pending: list[str] = []
         self.offsets = [0]
-        self._tokens, self._pooled = open(self.root / TOKENS, "wb"), open(self.root / POOLED, "wb")
+        self.root = None if out_dir is None else Path(out_dir) / DIRNAME
+        self._tokens = self._pooled = None
+        if self.root is not None:
+            self.root.mkdir()
+            self._tokens, self._pooled = open(self.root / TOKENS, "wb"), open(self.root / POOLED, "wb")
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again)."""
@@ -68,17 +73,33 @@ class TextCacheWriter:
             if caption not in self.ids:
                 self.ids[caption] = len(self.ids)
                 self.pending.append(caption)
-        while len(self.pending) >= self.batch_size:
-            self._encode(self.pending[: self.batch_size])
-            del self.pending[: self.batch_size]
+        turn = self.batch_size * self.world  # one batch for every rank
+        while len(self.pending) >= turn:
+            self._encode(self.pending[:turn])
+            del self.pending[:turn]
 
     def _encode(self, captions: list[str]) -> None:
+        """Encode up to one batch per rank (this rank's: its `rank`-th), then write every rank's in order."""
+        bs = self.batch_size
+        batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
+        mine = [self._encoded(b) for b in batches[self.rank :: self.world]]
+        if self.world > 1:
+            import torch
+
+            parts: list = [None] * self.world
+            torch.distributed.all_gather_object(parts, mine)
+            mine = [parts[k % self.world][k // self.world] for k in range(len(batches))]
+        for rows, pooled in mine if self._tokens is not None else ():
+            for row in rows:
+                self._tokens.write(row.tobytes())
+                self.offsets.append(self.offsets[-1] + len(row))
+            self._pooled.write(pooled.tobytes())
+
+    def _encoded(self, captions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """(each caption's valid token rows, the pooled vectors) as stored: 16-bit patterns on the host."""
         emb = self.encoder.encode(captions)
         tokens, lengths = _bits(emb.tokens, self.dtype), emb.mask.sum(1).tolist()
-        for row, n in zip(tokens, lengths):  # the mask marks each caption's first n positions
-            self._tokens.write(row[:n].tobytes())
-            self.offsets.append(self.offsets[-1] + n)
-        self._pooled.write(_bits(emb.pooled, self.dtype).tobytes())
+        return [row[:n] for row, n in zip(tokens, lengths)], _bits(emb.pooled, self.dtype)  # a mask is a prefix
 
     def finish(self) -> tuple[list[Path], dict]:
         """Flush and close; (the files written, relative to the output; the manifest's "text" entry but its files)."""
@@ -86,6 +107,8 @@ class TextCacheWriter:
             self._encode(self.pending)
             self.pending = []
         self.abort()
+        if self.root is None:
+            return [], {}
         np.asarray(self.offsets, "<i8").tofile(self.root / OFFSETS)
         (self.root / CAPTIONS).write_text(json.dumps(list(self.ids), ensure_ascii=False))
         files = [Path(DIRNAME) / name for name in (CAPTIONS, TOKENS, OFFSETS, POOLED)]
@@ -105,13 +128,22 @@ class TextCacheWriter:
             "max_tokens": int(enc.max_tokens),
             "captions": len(self.ids),
             "tokens": int(self.offsets[-1]),
+            "processes": self.world,  # the ranks that shared the encoding (torchrun)
         }
 
     def abort(self) -> None:
-        self._tokens.close()
-        self._pooled.close()
+        for f in (self._tokens, self._pooled):
+            if f is not None:
+                f.close()
 
     close = abort  # what the conversion's clean-up calls on helpers that are not format writers
+
+
+def _dist() -> tuple[int, int]:
+    import torch
+
+    d = torch.distributed
+    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
 
 
 def _config_sha256(folder: Path) -> str:

@@ -5,7 +5,10 @@ the manifest records the encoder, verify checks the table, and captions are requ
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -109,3 +112,38 @@ def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_p
         and m["text"]["captions"] == len(set(stored_captions(tmp_path / "out")))
     )
     assert verify(tmp_path / "out") == []
+
+
+RANKS_CONVERT = """
+import sys, torch
+from dataprep.cli import cli
+cli(sys.argv[1:], standalone_mode=False)  # the command as typed under torchrun, in this process
+if torch.distributed.is_initialized():
+    raise SystemExit("convert joined a process group and did not leave it")
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_write_the_table_one_process_writes(text_encoders, tmp_path):
+    """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch of distinct captions and
+    rank 0 writes a text table byte for byte what one process writes."""
+    args = ["convert", "--source", "synthetic-images", "--limit", "100", "--format", "hdf5", "--quiet"]
+    args += ["--text-encoder", str(text_encoders["t5"]), "--batch-size", "4", "--device", "cpu"]
+    args += [a for t in TEMPLATES for a in ("--caption-template", t)]
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")], env=env)
+    assert one.returncode == 0
+    (tmp_path / "ranks.py").write_text(RANKS_CONVERT)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    two = subprocess.run(
+        [*torchrun, str(tmp_path / "ranks.py"), *args, "--output", str(tmp_path / "two")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    for name in ("captions.json", "tokens.bin", "offsets.bin", "pooled.bin"):
+        assert (tmp_path / "one" / "text" / name).read_bytes() == (tmp_path / "two" / "text" / name).read_bytes()
+    text = [load_manifest(tmp_path / d)["text"] for d in ("one", "two")]
+    assert [t["processes"] for t in text] == [1, 2] and text[1]["captions"] > 8  # > one turn of 2 ranks x 4
