@@ -147,3 +147,11 @@ def test_torchrun_ranks_write_the_table_one_process_writes(text_encoders, tmp_pa
         assert (tmp_path / "one" / "text" / name).read_bytes() == (tmp_path / "two" / "text" / name).read_bytes()
     text = [load_manifest(tmp_path / d)["text"] for d in ("one", "two")]
     assert [t["processes"] for t in text] == [1, 2] and text[1]["captions"] > 8  # > one turn of 2 ranks x 4
+
+
+def test_overwrite_replaces_a_dataset_with_cached_embeddings(cifar, text_encoders, tmp_path):
+    """--overwrite of an output holding text/: its files are the manifest's, so it is replaced, not refused."""
+    encoder = ["--text-encoder", str(text_encoders["clip"]), "--limit", "8"]
+    assert convert(cifar, tmp_path / "out", *encoder).exit_code == 0
+    r = convert(cifar, tmp_path / "out", *encoder, "--overwrite")
+    assert r.exit_code == 0, r.output
