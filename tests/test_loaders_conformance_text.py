@@ -93,3 +93,19 @@ def test_captions_without_embeddings_are_delivered_as_text(tmp_path_factory, bac
         got = [(k, t) for b in loader for k, t in zip(keys(b.x), b.text)]
     assert len(got) == N and all(caption_of[k] == t for k, t in got)
     assert np.unique([t for _, t in got]).size > 1
+
+
+def test_a_truncated_table_is_refused_at_open(embedded, tmp_path):
+    """text/tokens.bin cut short: every backend refuses the directory at open, naming the file, before a lookup could
+    read past it."""
+    import shutil
+
+    from loaders import LoaderError
+
+    damaged = tmp_path / "set"
+    shutil.copytree(embedded, damaged)
+    tokens = damaged / "text" / "tokens.bin"
+    tokens.write_bytes(tokens.read_bytes()[:-64])
+    for backend in BACKENDS:
+        with pytest.raises(LoaderError, match=r"text/tokens\.bin: .* bytes, the manifest's sizes make"):
+            build_loader(backend, damaged, batch_size=8, device="cpu")
