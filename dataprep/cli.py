@@ -154,6 +154,9 @@ def convert(
     from .convert import convert as run
 
     check_vae_option(vae)
+    if text_encoder is None and (text_max_tokens is not None or text_dtype != "bf16"):
+        hint = "--text-max-tokens" if text_max_tokens is not None else "--text-dtype"
+        raise click.BadParameter("sets how captions are encoded; add --text-encoder PATH", param_hint=hint)
 
     cfg = ConvertConfig(
         output=output,

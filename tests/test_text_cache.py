@@ -155,3 +155,12 @@ def test_overwrite_replaces_a_dataset_with_cached_embeddings(cifar, text_encoder
     assert convert(cifar, tmp_path / "out", *encoder).exit_code == 0
     r = convert(cifar, tmp_path / "out", *encoder, "--overwrite")
     assert r.exit_code == 0, r.output
+
+
+def test_text_options_need_the_encoder(tmp_path):
+    """--text-max-tokens or --text-dtype fp16 without --text-encoder: a usage error naming the option, not ignored."""
+    for extra in (["--text-max-tokens", "5"], ["--text-dtype", "fp16"]):
+        args = ["convert", "--source", "synthetic-images", "--limit", "4", "--output", str(tmp_path / "o"), *extra]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2 and f"Invalid value for {extra[0]}" in r.output and "add --text-encoder" in r.output
+        assert not (tmp_path / "o").exists()
