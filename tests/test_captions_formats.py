@@ -84,6 +84,7 @@ def test_verify_names_an_edited_caption_statistic(captioned, tmp_path):
     assert any(p.startswith("manifest.json: captions.chars.max") for p in verify(out)), verify(out)
 
 
+@pytest.mark.slow  # ~10 s: a second conversion into every format, FFCV's included
 def test_clips_with_templates_in_every_format(fsdd_root, tmp_path):
     """Spoken digits captioned from their labels: every format gives back the same captions (audio's index.csv
     holds the length before the caption), and verify passes."""
