@@ -78,12 +78,33 @@ def cli() -> None:
     "(as torchvision's Resize(N) + CenterCrop(N)); needed when the images differ in size.",
 )
 @click.option(
+    "--caption-template",
+    "caption_templates",
+    multiple=True,
+    help='Caption each sample from its class name, e.g. "a photo of a {label}"; repeat it for several templates, '
+    "one drawn per sample (seeded). For inputs without captions of their own.",
+)
+@click.option(
     "--vae",
     help="Store latents, not samples: a diffusers AutoencoderKL directory (save_pretrained) or hub id encodes every "
     "image (and its mirror) or clip (its AudioLDM log-mel) once.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae batch.")
-@click.option("--device", help="Where --vae encodes: cuda, cuda:N or cpu [default: cuda when present].")
+@click.option(
+    "--text-encoder",
+    type=click.Path(exists=True, file_okay=False),
+    help="Cache caption embeddings: a save_pretrained text encoder folder (CLIP, T5 or CLAP text model) encodes every "
+    "distinct caption once; tokens, mask and pooled vector are stored beside the samples.",
+)
+@click.option(
+    "--text-max-tokens", type=click.IntRange(min=2), help="Cut captions at N tokens [default: the encoder's limit]."
+)
+@click.option("--text-dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Per --vae or --text-encoder batch."
+)
+@click.option(
+    "--device", help="Where --vae and --text-encoder encode: cuda, cuda:N or cpu [default: cuda when present]."
+)
 @click.option(
     "--vae-precision",
     type=click.Choice(["bf16", "fp32"]),
@@ -114,7 +135,11 @@ def convert(
     clip_seconds,
     channels,
     size,
+    caption_templates,
     vae,
+    text_encoder,
+    text_max_tokens,
+    text_dtype,
     batch_size,
     device,
     vae_precision,
@@ -129,6 +154,9 @@ def convert(
     from .convert import convert as run
 
     check_vae_option(vae)
+    if text_encoder is None and (text_max_tokens is not None or text_dtype != "bf16"):
+        hint = "--text-max-tokens" if text_max_tokens is not None else "--text-dtype"
+        raise click.BadParameter("sets how captions are encoded; add --text-encoder PATH", param_hint=hint)
 
     cfg = ConvertConfig(
         output=output,
@@ -143,14 +171,18 @@ def convert(
         clip_seconds=clip_seconds,
         channels=channels,
         size=size,
+        caption_templates=tuple(caption_templates),
         progress=not quiet,
         overwrite=overwrite,
         timings=timings,
         vae=vae,
         batch_size=batch_size,
-        device=_device(device, vae),
+        device=_device(device, vae or text_encoder),
         vae_precision=vae_precision,
         compile=compile,
+        text_encoder=text_encoder,
+        text_max_tokens=text_max_tokens,
+        text_dtype=text_dtype,
     )
     manifest = _guard(run, cfg)
     if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
@@ -204,11 +236,32 @@ def info(data_dir: Path | str) -> None:
         click.echo(f"note:    {line}")
 
 
-def _device(device: str | None, vae: str | None) -> str | None:
+@cli.command("make-text-encoder")
+@click.argument("kind", type=click.Choice(["clip", "t5", "clap"]))
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--size",
+    type=click.Choice(["tiny", "clip-l", "t5-xl"]),
+    default="tiny",
+    show_default=True,
+    help="tiny (tests), clip-l (CLIP ViT-L/14's text tower) or t5-xl (T5 v1.1 XL's encoder).",
+)
+def make_text_encoder(kind: str, path: Path, size: str) -> None:
+    """Build a text encoder from its config with random weights (nothing downloaded) and save its model and tokenizer
+    into the new folder PATH, for --text-encoder: the speed of a real one, not its meaning."""
+    from .text import printable
+    from .textenc import make_text_encoder as make
+
+    _guard(make, kind, path, size)
+    click.echo(f"wrote a {size} {kind} text encoder to {printable(path)}")
+
+
+def _device(device: str | None, encoder: str | None) -> str | None:
     if device is None:
         return None
-    if vae is None:
-        raise click.BadParameter("only --vae runs on a device; drop --device or add --vae", param_hint="--device")
+    if encoder is None:
+        message = "only --vae and --text-encoder run on a device; drop --device or add one of them"
+        raise click.BadParameter(message, param_hint="--device")
     if device.split(":")[0] not in ("cuda", "cpu"):
         raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
     import torch

@@ -16,18 +16,19 @@ from pathlib import Path
 
 from . import ranks
 from .convert_config import ConvertConfig, ConvertError
-from .convert_input import chunk_size, open_source, read_from, usable
+from .convert_input import chunk_size, open_source, read_from, usable, with_templates
 from .convert_latents import (
     add_encoder_times,
     decoded_line,
     encode_share,
     latent_encoder,
     load_autoencoder,
+    load_caption_encoder,
     ranks_group,
     share_decoding,
 )
 from .convert_manifest import build_manifest, dataset_meta, recorded_command
-from .convert_write import finish_all, write_all
+from .convert_write import caption_cache, finish_all, finish_cache, write_all
 from .digest import SampleDigest
 from .fields import field_digests
 from .formats import expand, writer_class
@@ -88,10 +89,11 @@ def _convert(cfg: ConvertConfig) -> dict:
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
     times = Timings()
     vae = load_autoencoder(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after decoding
-    if vae is not None and _rank() > 0:
-        return encode_share(cfg, spec, vae)
+    text_encoder = load_caption_encoder(cfg, times) if cfg.text_encoder else None
+    if (vae is not None or text_encoder is not None) and _rank() > 0:
+        return encode_share(cfg, spec, vae, text_encoder)
     early = {n: writer_class(n).start_early() for n in names}  # FFCV's import runs while the input is listed and read
-    writers, digest, skipped, work = {}, SampleDigest(), [], None
+    writers, digest, skipped, work, text_cache = {}, SampleDigest(), [], None, None
     streams: list = []  # the generators feeding the writers, closed on a failure (which stops their workers now)
     try:
         with times.timed("list the input"):
@@ -105,7 +107,7 @@ def _convert(cfg: ConvertConfig) -> dict:
             size = chunk_size(cfg, source, spec)
             share_decoding(cfg, source, size)
             decoded = source.chunks(size, cfg.on_bad_file, cfg.workers)
-            stream = usable(decoded, cfg.limit, skipped)
+            stream = with_templates(cfg, source, usable(decoded, cfg.limit, skipped))
             streams += [decoded, stream]
             with times.timed("first samples (workers start)"):
                 first = next(stream, None)
@@ -118,6 +120,11 @@ def _convert(cfg: ConvertConfig) -> dict:
                 streams.append(stream)
                 with times.timed("first samples encoded"):
                     first = next(stream)
+            if text_encoder is not None:
+                text_cache = caption_cache(cfg, text_encoder, tmp, first)
+                stream = text_cache.stream(chain([first], stream))
+                streams.append(stream)
+                first = next(stream)
             meta = dataset_meta(source, first, spec, encoder)
             writers = {n: writer_class(n)(tmp, meta, cfg.workers, cfg.progress, early.pop(n)) for n in names}
             with times.timed("every sample through the writers"):  # the part not in the stages below waited on workers
@@ -128,6 +135,8 @@ def _convert(cfg: ConvertConfig) -> dict:
             times.add("decode (CPU-s over the workers)", source.decode_cpu_s, "decoding processes", "cpu")
         formats = finish_all(writers, tmp, cfg.workers, times)
         manifest = build_manifest(cfg, source, meta, spec, digest, formats, skipped, encoder)
+        if text_cache is not None:
+            manifest["text"] = finish_cache(text_cache, tmp, cfg.workers, times)
         wall, cpu = round(time.perf_counter() - t0, 2), round(time.process_time() - cpu0, 2)
         manifest["timings"] = {"wall_s": wall, "cpu_s": cpu, "workers": cfg.workers, "stages": times.as_dict()}
         if encoder is not None:
@@ -143,7 +152,8 @@ def _convert(cfg: ConvertConfig) -> dict:
                 print(line, file=sys.stderr)
         return manifest
     except BaseException as e:
-        _abandon(streams, work, [*writers.values(), *(h for h in early.values() if h is not None)])
+        helpers = [h for h in (*early.values(), text_cache) if h is not None]
+        _abandon(streams, work, [*writers.values(), *helpers])
         if isinstance(e, OSError) and e.errno in FULL and work is not None:
             raise ConvertError(
                 f"{work.out}: {os.strerror(e.errno)} while writing the output; free space or choose another --output "

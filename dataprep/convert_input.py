@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from . import ranks
-from .convert_config import ConvertConfig
+from .convert_config import ConvertConfig, ConvertError
 from .sources import AudioSpec, Chunk, build_source
+from .sources.captions import Templates
 
 CHUNK = 1024  # samples per chunk at most: cheap per-chunk overhead (3 MiB of CIFAR, 64 MiB of 1 s audio)
 CHUNK_BYTES = 64 << 20  # and at most this much decoded data: 10.24 s clips are 640 KiB, 256 px images 192 KiB each
@@ -18,6 +19,24 @@ CHUNK_BYTES = 64 << 20  # and at most this much decoded data: 10.24 s clips are 
 def open_source(cfg: ConvertConfig, spec: AudioSpec):
     """The source --source and --input name, listed (nothing decoded yet)."""
     return build_source(cfg.source, given_input(cfg), split=cfg.split, limit=cfg.limit, audio=spec, size=cfg.size)
+
+
+def with_templates(cfg: ConvertConfig, source, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+    """The chunks captioned from --caption-template, when given; a source with captions of its own takes none."""
+    if not cfg.caption_templates:
+        return chunks
+    if getattr(source, "captions", False):
+        raise ConvertError(f"{source.path}: the input has captions of its own; drop --caption-template")
+    try:
+        templates = Templates(cfg.caption_templates)
+    except ValueError as e:
+        raise ConvertError(str(e)) from None
+    return (_captioned(chunk, templates, source.classes) for chunk in chunks)
+
+
+def _captioned(chunk: Chunk, templates: Templates, classes: list[str]) -> Chunk:
+    chunk.text = templates.captions(chunk.y, classes)
+    return chunk
 
 
 def given_input(cfg: ConvertConfig) -> Path | str | None:

@@ -1,6 +1,6 @@
-"""The autoencoder pass of `dataprep convert --vae`: the autoencoder loaded on this process's device, the encoder that
-turns decoded chunks into latents (dataprep.latents), and the ranks under torchrun, which encode in turns while rank 0
-alone writes the output."""
+"""The encoder passes of `dataprep convert --vae` and `--text-encoder`: the autoencoder and the text encoder loaded on
+this process's device, the encoder that turns decoded chunks into latents (dataprep.latents), and the ranks under
+torchrun, which encode in turns (batches of samples, batches of distinct captions) while rank 0 alone writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from itertools import chain
 
 from . import ranks
 from .convert_config import ConvertConfig
-from .convert_input import chunk_size, open_source, usable
+from .convert_input import chunk_size, open_source, usable, with_templates
 from .sources import AudioSpec, Chunk
 from .timings import Timings
 
@@ -21,7 +21,7 @@ def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
     """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
     its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
     "terminate called without an active exception"). A rank that fails ends every rank promptly (dataprep.ranks)."""
-    if cfg.vae is None or ranks.world()[1] == 1:
+    if (cfg.vae is None and cfg.text_encoder is None) or ranks.world()[1] == 1:
         yield
         return
     import torch
@@ -49,6 +49,19 @@ def load_autoencoder(cfg: ConvertConfig, times: Timings):
         return load_vae(cfg.vae, _rank_device(cfg))
 
 
+def load_caption_encoder(cfg: ConvertConfig, times: Timings):
+    """The text encoder on this process's device (under torchrun, the rank's GPU): bf16 weights on a GPU (its fast
+    path), fp32 on the CPU."""
+    import torch
+
+    from .textenc import load_text_encoder
+
+    device = _rank_device(cfg)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    with times.timed("load the text encoder"):
+        return load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
+
+
 def latent_encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):
     from .latents.encode import LatentEncoder
 
@@ -70,6 +83,8 @@ def share_decoding(cfg: ConvertConfig, source, size: int) -> None:
     rank, world, _ = ranks.world()
     if cfg.vae is None or world == 1 or cfg.on_bad_file != "error" or not hasattr(source, "needed"):
         return
+    if cfg.text_encoder is not None:  # every rank reads every caption: the ranks share the distinct ones
+        return
     bs = cfg.batch_size
     source.needed = lambda i: i == 0 or (i % size) // bs % world == rank
 
@@ -81,21 +96,29 @@ def decoded_line(source) -> str | None:
     return f"rank {ranks.world()[0]}: decoded {source.decoded:,} of {len(source):,} samples"
 
 
-def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae) -> dict:
-    """A rank other than 0 under torchrun: read the same input, decode and encode this rank's batches, write nothing
-    (rank 0 gathers every batch and writes the one output)."""
+def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae, text_encoder) -> dict:
+    """A rank other than 0 under torchrun: read the same input, encode this rank's batches of samples (--vae) and of
+    distinct captions (--text-encoder), write nothing (rank 0 gathers every batch and writes the one output)."""
+    from .convert_write import caption_cache
+
     source = open_source(cfg, spec)
     size = chunk_size(cfg, source, spec)
     share_decoding(cfg, source, size)
-    stream = usable(source.chunks(size, cfg.on_bad_file, cfg.workers), cfg.limit, [])
+    chunks = source.chunks(size, cfg.on_bad_file, cfg.workers)
+    stream = with_templates(cfg, source, usable(chunks, cfg.limit, []))
     first = next(stream, None)
     if first is None:
         return {}
-    encoder = latent_encoder(cfg, vae, source.kind, first, spec)
-    encoded = encoder.stream(chain([first], stream))
+    encoded = chain([first], stream)
+    if vae is not None:
+        encoded = latent_encoder(cfg, vae, source.kind, first, spec).stream(encoded)
+    cache = None if text_encoder is None else caption_cache(cfg, text_encoder, None, first)
+    encoded = encoded if cache is None else cache.stream(encoded)
     try:
         for _ in encoded:
             pass
+        if cache is not None:
+            cache.finish()
     finally:  # on an error too: the decoding processes stop now, not at the interpreter's shutdown
         encoded.close()
         stream.close()

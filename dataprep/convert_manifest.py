@@ -8,6 +8,8 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 from . import __version__
 from .convert_config import ConvertConfig
 from .digest import SampleDigest
@@ -20,7 +22,8 @@ def dataset_meta(source, chunk: Chunk, spec: AudioSpec, encoder=None) -> Dataset
     """The writers' view of the dataset, from the source and its first (encoded, with --vae) chunk."""
     kind = "latent" if encoder is not None else source.kind
     rate = spec.sample_rate if kind == "audio" else None
-    return DatasetMeta(kind, tuple(chunk.x.shape[1:]), str(chunk.x.dtype), list(source.classes), rate)
+    shape, captions = tuple(chunk.x.shape[1:]), chunk.text is not None
+    return DatasetMeta(kind, shape, str(chunk.x.dtype), list(source.classes), rate, captions)
 
 
 def recorded_command(cfg: ConvertConfig) -> str:
@@ -52,20 +55,45 @@ def build_manifest(
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
         "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),
-        "schema": _schema(meta, source),
+        "schema": _schema(meta),
         "formats": formats,
         "skipped": skipped,
     }
+    if meta.captions:
+        manifest["captions"] = caption_stats(digest, cfg.caption_templates)
     if encoder is not None:
         manifest |= {"audio": None, "latent": encoder.describe()}
     return manifest
 
 
-def _schema(meta: DatasetMeta, source) -> dict:
-    """What one sample holds; `txt` (a caption) only where the source had captions, kept by the stream format alone."""
+def _schema(meta: DatasetMeta) -> dict:
+    """What one sample holds; `txt` (a caption) only where the source had captions or templates made them."""
     schema = {"x": f"{meta.dtype} {list(meta.sample_shape)}", "y": "int64 index into classes"}
     if meta.kind == "audio":
         schema["length"] = "int64 valid samples before the zero padding"
-    if getattr(source, "captions", False):
-        schema["txt"] = "utf-8 caption (stored in the stream format's shards only)"
+    if meta.captions:
+        schema["txt"] = "utf-8 caption"
     return schema
+
+
+def caption_stats(digest: SampleDigest, templates: tuple[str, ...]) -> dict:
+    """The captions' templates (None: read from the input) and the distribution of their lengths, for `info`."""
+
+    def spread(values: list[int]) -> dict:
+        v = np.asarray(values or [0])
+        q = np.percentile(v, [50, 95]).round(1).tolist()
+        return {
+            "min": int(v.min()),
+            "median": q[0],
+            "p95": q[1],
+            "max": int(v.max()),
+            "mean": round(float(v.mean()), 2),
+        }
+
+    text = digest.text
+    return {
+        "templates": list(templates) or None,
+        "empty": sum(1 for n in text.chars if n == 0),
+        "chars": spread(text.chars),
+        "words": spread(text.words),
+    }

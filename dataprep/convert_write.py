@@ -53,6 +53,27 @@ def finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict:
         return {n: {"files": describe_files(root, f, workers)} for n, f in files.items()}
 
 
+def caption_cache(cfg, encoder, root: Path | None, first: Chunk):
+    """The writer of `text/` (dataprep.textcache), for samples that have captions; `root` None: a rank other than 0
+    under torchrun, which encodes its share and writes nothing."""
+    from .convert_config import ConvertError
+    from .textcache import TextCacheWriter
+
+    if first.text is None:
+        raise ConvertError(
+            f"{cfg.input or cfg.source}: no captions to encode with --text-encoder; give the samples caption files "
+            "or metadata, or pass --caption-template"
+        )
+    return TextCacheWriter(root, encoder, cfg.text_dtype, cfg.batch_size)
+
+
+def finish_cache(cache, root: Path, workers: int, times: Timings) -> dict:
+    """The manifest's "text" entry: the encoder and the table, and its files described."""
+    with times.timed("text: finish"):
+        files, entry = cache.finish()
+    return entry | {"files": describe_files(root, files, workers)}
+
+
 def describe_files(root: Path, entries: list[Path | dict], workers: int) -> list[dict]:
     """{"path", "bytes", "sha256"} per file; hashed in threads (hashlib releases the GIL on large buffers)."""
     from concurrent.futures import ThreadPoolExecutor

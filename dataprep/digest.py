@@ -13,7 +13,9 @@ from .sources.base import Chunk
 
 class SampleDigest:
     """sha256 over, per sample in order: x bytes (C order), y as <i8, and (audio) length as <i8; plus one digest
-    per `chunk_size` samples so a mismatch can be located without keeping the samples."""
+    per `chunk_size` samples so a mismatch can be located without keeping the samples. Captions, where the samples
+    have them, get digests of their own (`text`: each caption's UTF-8 length as <i8, then its bytes), so that the
+    digest of samples without captions stays what it was; their lengths are kept for the manifest's statistics."""
 
     def __init__(self, chunk_size: int = 1024) -> None:
         self.chunk_size = chunk_size
@@ -21,8 +23,12 @@ class SampleDigest:
         self.chunks: list[str] = []
         self._current = hashlib.sha256()
         self.count = 0
+        self.text: TextDigest | None = None
 
     def update(self, chunk: Chunk) -> None:
+        if chunk.text is not None:
+            self.text = self.text or TextDigest(self.chunk_size)
+            self.text.update(chunk.text)
         records = _records(chunk)
         start = 0
         while start < len(records):  # up to the next per-chunk boundary at a time
@@ -45,7 +51,36 @@ class SampleDigest:
             "total": self.total.hexdigest(),
             "chunks": chunks,
             "count": self.count,
-        }
+        } | ({} if self.text is None else {"text": self.text.result()})
+
+
+class TextDigest:
+    """The captions' digest, cut at the same sample boundaries as the samples', and each caption's length in
+    characters and words (split on white space)."""
+
+    def __init__(self, chunk_size: int) -> None:
+        self.chunk_size, self.count = chunk_size, 0
+        self.total, self._current = hashlib.sha256(), hashlib.sha256()
+        self.chunks: list[str] = []
+        self.chars: list[int] = []
+        self.words: list[int] = []
+
+    def update(self, captions: list[str]) -> None:
+        for caption in captions:
+            data = caption.encode("utf-8", "surrogateescape")
+            record = np.int64(len(data)).astype("<i8").tobytes() + data
+            self.total.update(record)
+            self._current.update(record)
+            self.chars.append(len(caption))
+            self.words.append(len(caption.split()))
+            self.count += 1
+            if self.count % self.chunk_size == 0:
+                self.chunks.append(self._current.hexdigest())
+                self._current = hashlib.sha256()
+
+    def result(self) -> dict:
+        tail = [self._current.hexdigest()] if self.count % self.chunk_size else []
+        return {"total": self.total.hexdigest(), "chunks": self.chunks + tail}
 
 
 def _records(chunk: Chunk) -> np.ndarray:

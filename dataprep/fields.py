@@ -7,17 +7,18 @@ label it otherwise, and all of it passed `dataprep verify`. So the conversion re
 canonical JSON (`digest.fields` in the manifest); `verify` and every loader's open check compare them, naming the
 field. Objects are followed down to their values, so the name says which value changed (`latent.vae.sha256`, not
 `latent`). Not covered: what only describes the conversion (`source`, `command`, `created`, `timings`, `skipped`),
-the file list (each file has its own sha256) and `latent.vae.name`, where the autoencoder was loaded from: a copy of
-it in another place is the same autoencoder (its `sha256` is covered, and checked wherever it is loaded), so the name
-may be changed when the data moves to another machine."""
+the formats' file lists (each file has its own sha256), and `latent.vae.name`, where the autoencoder was loaded from:
+a copy of it in another place is the same autoencoder (its `sha256` is covered, and checked wherever it is loaded), so
+the name may be changed when the data moves to another machine; `text.encoder.name` likewise (its `config_sha256` is
+covered)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 
-ROOTS = ("kind", "sample_shape", "dtype", "count", "classes", "audio", "resize", "latent")
-MOVABLE = frozenset({"latent.vae.name"})
+ROOTS = ("kind", "sample_shape", "dtype", "count", "classes", "audio", "resize", "latent", "captions", "text")
+MOVABLE = frozenset({"latent.vae.name", "text.encoder.name"})
 
 
 def _leaves(manifest: dict) -> dict[str, object]:

@@ -51,11 +51,17 @@ def load_manifest(data_dir: Path | str) -> dict:
     if problem:
         raise ManifestError(f"{path}: {problem}; convert the data again")
     try:  # checked on the manifest alone, so a dataset in object storage gets it as a local one does
-        for fmt in manifest["formats"].values():
+        for fmt in file_lists(manifest).values():
             names_inside(data_dir, (f["path"] for f in fmt.get("files", [])), source=path)
     except OutsideError as e:
         raise ManifestError(str(e)) from None
     return manifest
+
+
+def file_lists(manifest: dict) -> dict[str, dict]:
+    """name -> {"files": [...]} of everything the manifest lists files of: each format, and the text embeddings."""
+    text = manifest.get("text")
+    return manifest["formats"] | ({"text": text} if isinstance(text, dict) else {})
 
 
 def require_verifiable(manifest: dict, path: Path) -> None:
@@ -92,6 +98,7 @@ def _problem(m: dict) -> str | None:
             m.get("audio") is None or isinstance(m["audio"], dict) and _is_int(m["audio"].get("sample_rate"), 1),
             "audio must hold a sample_rate",
         ),
+        (m.get("text") is None or _text_ok(m["text"]), "text must hold encoder dims, dtype, counts and its files"),
     ]
     problem = next((message for ok, message in checks if not ok), None)
     return problem or (_latent_problem(m.get("latent"), m["sample_shape"]) if m["kind"] == "latent" else None)
@@ -126,6 +133,18 @@ def _finite(v) -> bool:
         return False
 
 
+def _text_ok(text) -> bool:
+    enc = text.get("encoder") if isinstance(text, dict) else None
+    return (
+        isinstance(enc, dict)
+        and all(_is_int(enc.get(k), 1) for k in ("dim", "pooled_dim"))
+        and text.get("dtype") in ("bf16", "fp16")
+        and all(_is_int(text.get(k)) for k in ("captions", "tokens", "max_tokens"))
+        and _format_ok(text)
+        and "files" in text
+    )
+
+
 def _format_ok(fmt) -> bool:
     if not isinstance(fmt, dict):
         return False
@@ -142,6 +161,21 @@ def _format_ok(fmt) -> bool:
 def resize_line(manifest: dict) -> str:
     r = manifest["resize"]
     return f"to {r.get('size')} x {r.get('size')} at conversion ({r.get('method')})"
+
+
+def caption_lines(captions) -> list[str]:
+    """The captions' lengths (characters and words: min, median, p95, max) and their templates, for `info`."""
+    if not isinstance(captions, dict):
+        return []
+
+    def spread(key: str) -> str:
+        s = captions.get(key) if isinstance(captions.get(key), dict) else {}
+        return f"{s.get('min')} / {s.get('median')} / {s.get('p95')} / {s.get('max')} {key}"
+
+    lines = [f"captions: min / median / p95 / max: {spread('chars')}, {spread('words')}; {captions.get('empty')} empty"]
+    if isinstance(captions.get("templates"), list):
+        lines.append(f"captions: from templates {'; '.join(map(str, captions['templates']))}")
+    return lines
 
 
 def describe(manifest: dict) -> str:
@@ -165,6 +199,14 @@ def describe(manifest: dict) -> str:
             f"std stored as {manifest['dtype']}, delivered x {lat['scaling_factor']}"
         )
         lines.append(f"vae:     {vae.get('name')} (sha256 {str(vae.get('sha256'))[:16]}...)")
+    lines += caption_lines(manifest.get("captions"))
+    if isinstance(manifest.get("text"), dict):
+        t, enc = manifest["text"], manifest["text"]["encoder"]
+        lines.append(
+            f"text:    {enc.get('kind')} {enc.get('name')} embeddings ({enc['dim']} per token, {enc['pooled_dim']} "
+            f"pooled) as {t['dtype']}, {t['captions']:,} distinct captions, {t['tokens']:,} tokens (at most "
+            f"{t['max_tokens']} each)"
+        )
     for name, fmt in manifest["formats"].items():
         files = fmt.get("files", [])
         size = sum(f["bytes"] for f in files)

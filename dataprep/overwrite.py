@@ -105,12 +105,10 @@ def listed_paths(manifest: object) -> set[str] | str:
         isinstance(f, dict) and isinstance(f.get("files"), list) for f in formats.values()
     ):
         return f"its {MANIFEST} lists no files per format"
-    return {
-        f["path"]
-        for fmt in formats.values()
-        for f in fmt["files"]
-        if isinstance(f, dict) and isinstance(f.get("path"), str)
-    }
+    text = manifest.get("text")  # the cached caption embeddings, beside the formats
+    lists = [fmt["files"] for fmt in formats.values()]
+    lists += [text["files"]] if isinstance(text, dict) and isinstance(text.get("files"), list) else []
+    return {f["path"] for files in lists for f in files if isinstance(f, dict) and isinstance(f.get("path"), str)}
 
 
 def check_replaceable(out: str, overwrite: bool) -> None:

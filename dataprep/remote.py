@@ -229,12 +229,13 @@ def download_dataset(location, target: Path, progress: bool = False) -> dict:
     """Every file the manifest lists, into `target` (for verify) under the names it lists; returns the manifest."""
     from tqdm import tqdm
 
+    from .manifest import file_lists
     from .paths import all_inside
 
     manifest = load_remote_manifest(location)
     files = files_url(location, manifest)
     (target / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != GENERATION}))
-    names = [f["path"] for fmt in manifest["formats"].values() for f in fmt.get("files", [])]
+    names = [f["path"] for fmt in file_lists(manifest).values() for f in fmt.get("files", [])]
     all_inside(target, names, source=f"{location}/{MANIFEST}")
     for name in tqdm(names, unit="file", desc="download", disable=not progress):
         (target / name).parent.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,10 @@ from .digest import SampleDigest, stream_sha256
 from .fields import changed_fields
 from .finite import first_non_finite
 from .formats import module
-from .manifest import NAME, load_manifest, require_verifiable
+from .formats.base import has_captions
+from .manifest import NAME, file_lists, load_manifest, require_verifiable
 from .paths import NotRegularError, OutsideError, all_inside, open_regular
+from .textcache import check_table
 
 
 def _check_files(data_dir: Path, name: str, files: list[dict]) -> str | None:
@@ -75,15 +77,42 @@ def _digest(data_dir: Path, manifest: dict, name: str) -> dict:
     return digest.result() | {"non_finite": bad}
 
 
+def _first_differing(got: list[str], expected: list[str]) -> int:
+    """The index of the first per-chunk digest that differs (or is missing on one side)."""
+    return next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), min(len(got), len(expected)))
+
+
+def _caption_problems(manifest: dict, digests: dict[str, dict]) -> list[str]:
+    """Per format whose captions read back differ from the conversion's: the first chunk of samples that differs."""
+    if not has_captions(manifest):
+        return []
+    expected = manifest["digest"].get("text")
+    if not isinstance(expected, dict) or not isinstance(expected.get("chunks"), list):
+        return [f"{NAME}: digest.text is missing, so the captions cannot be checked; convert the data again"]
+    problems, size = [], manifest["digest"]["chunk_size"]
+    for name, got in digests.items():
+        text = got.get("text")
+        if text is None:
+            problems.append(f"{name}: no captions read back, the manifest says every sample has one")
+        elif text["total"] != expected.get("total"):
+            bad = _first_differing(text["chunks"], expected["chunks"])
+            first, last = bad * size, min(manifest["count"], (bad + 1) * size) - 1
+            problems.append(f"{name}: captions of samples {first}..{last} differ from the manifest digest")
+    return problems
+
+
 def verify(data_dir: Path | str) -> list[str]:
     """Problems found, most useful first; an empty list means every format matches the manifest exactly."""
     data_dir = Path(data_dir)
     manifest = load_manifest(data_dir)
     require_verifiable(manifest, data_dir / "manifest.json")
     expected = manifest["digest"]
-    for info in manifest["formats"].values():  # before any file is opened: a path leading out stops it all
+    for info in file_lists(manifest).values():  # before any file is opened: a path leading out stops it all
         all_inside(data_dir, (f["path"] for f in info["files"]), source=data_dir / NAME)
     problems, digests = [f"{NAME}: {p}" for p in changed_fields(manifest) or []], {}
+    if "text" in manifest:
+        problem = _check_files(data_dir, "text", manifest["text"]["files"]) or check_table(data_dir, manifest)
+        problems += [problem] if problem else []
     for name, info in manifest["formats"].items():
         problem = _check_files(data_dir, name, info["files"])
         if problem:
@@ -94,6 +123,7 @@ def verify(data_dir: Path | str) -> list[str]:
             raise
         except Exception as e:  # a damaged file can break a reader anywhere; report it, go on with the rest
             problems.append(f"{name}: cannot read back ({type(e).__name__}: {e})")
+    problems += _caption_problems(manifest, digests)
     for name, got in digests.items():
         if got["non_finite"] is not None:
             where = f"{name}: sample {got['non_finite']}"
@@ -104,7 +134,6 @@ def verify(data_dir: Path | str) -> list[str]:
             continue
         if got["count"] != manifest["count"]:
             problems.append(f"{name}: {got['count']} samples read back, the manifest says {manifest['count']}")
-        pairs = zip(got["chunks"], expected["chunks"])
-        bad = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(got["chunks"]), len(expected["chunks"])))
+        bad = _first_differing(got["chunks"], expected["chunks"])
         problems.append(f"{name}: first mismatch: {_locate(data_dir, manifest, name, bad, good)}")
     return problems

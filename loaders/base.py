@@ -28,6 +28,9 @@ class Batch:
     x: torch.Tensor  # images (N,3,H,W) in [-1,1]; audio (N,C,n_mels,frames) log-mel in about [-1,1], or (N,C,T) wave;
     # latents (N,C,h,w) scaled by the autoencoder's scaling_factor (about unit variance)
     y: torch.Tensor  # int64 labels (N,)
+    # captions: dataprep.textenc.TextEmbeddings on the device (cached embeddings, padded per batch), or the raw
+    # captions as a list of str (`train --text-encoder` encodes them in the step); None for data without captions
+    text: object = None
 
 
 @dataclass(kw_only=True)
@@ -75,6 +78,7 @@ class Loader(ABC):
         self.kind = manifest["kind"]
         # page-locked memory only helps a copy to a GPU; on a CPU device it would be wasted work (and a warning)
         self.pin = opts.pin_memory and torch.device(opts.device).type == "cuda"
+        self._table = None  # the cached caption embeddings (dataprep.textcache), opened at the first batch
 
     @abstractmethod
     def __iter__(self) -> Iterator[Batch]: ...
@@ -95,8 +99,21 @@ class Loader(ABC):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def finish(self, x: torch.Tensor, y: torch.Tensor, batch_index: int) -> Batch:
-        """Raw batch on device -> model input: images NHWC uint8 or audio (N[,C],T) float32."""
+    def text(self, captions: list[str] | None):
+        """A batch's `text`: its captions' cached embeddings on the device, padded to the batch's longest caption,
+        where the data has them (convert --text-encoder); else the captions themselves; None without captions."""
+        if captions is None:
+            return None
+        if "text" not in self.manifest:
+            return list(captions)
+        if self._table is None:
+            from dataprep.textcache import TextTable
+
+            self._table = TextTable(self.data_dir, self.manifest)
+        return self._table.lookup(captions).to(self.opts.device)
+
+    def finish(self, x: torch.Tensor, y: torch.Tensor, batch_index: int, captions: list[str] | None = None) -> Batch:
+        """Raw batch on device -> model input: images NHWC uint8 or audio (N[,C],T) float32; `captions` -> text."""
         if self.kind == "image":
             flip = flip_mask(len(y), self.opts, self.epoch, batch_index) if self.opts.augment else None
             x = finish_images(x, self.opts.dtype, flip)
@@ -106,7 +123,7 @@ class Loader(ABC):
             x = finish_latents(x, self.opts.dtype, self.manifest["latent"], flip, noise)
         else:
             x = finish_audio(x, self.opts.dtype, self.opts.representation, int(self.manifest["audio"]["sample_rate"]))
-        return Batch(x, y.to(torch.int64))
+        return Batch(x, y.to(torch.int64), self.text(captions))
 
 
 def shard_indices(n: int, opts: LoaderOptions, epoch: int) -> np.ndarray:

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import nvidia.dali  # noqa: F401  (imported here so a missing extra fails inside build_loader with the fix)
 import torch
 
+from dataprep.formats.base import captions_padded, has_captions
+
 from .base import Batch, Loader
 
 INITIAL_FILL = 4096  # shuffle buffer: big enough to mix classes across a whole CIFAR-sized shard quickly
@@ -26,19 +28,21 @@ class DaliLoader(Loader):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         super().__init__(data_dir, manifest, opts)
+        self.captioned = has_captions(manifest)
         device = torch.device(opts.device)
         self.gpu = device.type == "cuda"
         self.pipe = self._pipeline(device.index or 0 if self.gpu else None)
         self.pipe.build()
         policy = LastBatchPolicy.DROP if opts.drop_last else LastBatchPolicy.PARTIAL
+        outputs = ["x", "y", "txt"] if self.captioned else ["x", "y"]
         self.it = DALIGenericIterator(
-            [self.pipe], ["x", "y"], reader_name="reader", last_batch_policy=policy, auto_reset=True
+            [self.pipe], outputs, reader_name="reader", last_batch_policy=policy, auto_reset=True
         )
 
     def _pipeline(self, device_id: int | None):
         from nvidia.dali import fn, pipeline_def, types
 
-        from dataprep.formats.dali import LABEL_EXT, data_ext, shard_paths
+        from dataprep.formats.dali import LABEL_EXT, TEXT_EXT, data_ext, shard_paths
 
         o, m = self.opts, self.manifest
         paths, index_paths = shard_paths(self.data_dir)
@@ -53,11 +57,12 @@ class DaliLoader(Loader):
             prefetch_queue_depth=max(1, o.prefetch),
         )
         def pipe():
-            data, label = fn.readers.webdataset(
+            text = [TEXT_EXT] if self.captioned else []
+            data, label, *caption = fn.readers.webdataset(
                 paths=paths,
                 index_paths=index_paths,
-                ext=[data_ext(self.kind), LABEL_EXT],
-                dtypes=[dtype, types.INT64],
+                ext=[data_ext(self.kind), LABEL_EXT, *text],
+                dtypes=[dtype, types.INT64, *[types.UINT8] * len(text)],
                 random_shuffle=o.shuffle,
                 initial_fill=INITIAL_FILL,
                 shard_id=o.rank,
@@ -73,7 +78,8 @@ class DaliLoader(Loader):
                 data = fn.crop_mirror_normalize(
                     data, dtype=types.FLOAT, output_layout="CHW", mean=[127.5] * 3, std=[127.5] * 3, mirror=mirror
                 )
-            return data, label
+            # captions differ in length: padded with NULs to the batch's longest, on the host
+            return (data, label, fn.pad(caption[0], fill_value=0)) if caption else (data, label)
 
         return pipe()
 
@@ -91,11 +97,13 @@ class DaliLoader(Loader):
         o = self.opts
         for i, out in enumerate(self.it):
             x, y = out[0]["x"], out[0]["y"].reshape(-1)
+            captions = captions_padded(out[0]["txt"].cpu()) if self.captioned else None
             if self.kind == "image":
                 x = x.to(o.device).to(o.dtype)
-                yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y.to(o.device))
+                x = x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x
+                yield Batch(x, y.to(o.device), self.text(captions))
             else:  # audio's mel and latents' view and draw: the shared finishing on the device
-                yield self.finish(x.to(o.device), y.to(o.device), i)
+                yield self.finish(x.to(o.device), y.to(o.device), i, captions)
 
     def close(self) -> None:
         self.it = None

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from dataprep.formats.base import captions_padded, has_captions
+
 from .base import Batch, Loader, shard_indices
 
 
@@ -42,6 +44,7 @@ class FfcvLoader(Loader):
     def __init__(self, data_dir, manifest, opts) -> None:
         super().__init__(data_dir, manifest, opts)
         self._loader = None
+        self.captioned = has_captions(manifest)
         self.threads = min(max(1, opts.workers), thread_limit())
         if opts.workers > self.threads:
             print(
@@ -51,18 +54,22 @@ class FfcvLoader(Loader):
             )
 
     def _pipelines(self) -> dict:
+        from ffcv.fields.bytes import BytesDecoder
         from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
         from ffcv.transforms import Squeeze, ToDevice, ToTensor
 
-        from dataprep.formats.ffcv_layout import field_names
+        from dataprep.formats.ffcv_layout import TEXT, field_names
 
         device = torch.device(self.opts.device)
         to_dev = [ToDevice(device, non_blocking=True)] if device.type == "cuda" else []
         label = [IntDecoder(), ToTensor(), Squeeze(), *to_dev]
         # latents: int16 bit patterns of float16 (dataprep.formats.ffcv_layout.stored_dtype)
         data = SimpleRGBImageDecoder() if self.kind == "image" else NDArrayDecoder()
-        sample, labels, *rest = field_names(self.kind)  # audio's `length` is not read
-        return {sample: [data, ToTensor(), *to_dev], labels: label, **dict.fromkeys(rest)}
+        sample, labels, *rest = field_names(self.kind, self.captioned)  # audio's `length` is not read
+        pipelines = {sample: [data, ToTensor(), *to_dev], labels: label, **dict.fromkeys(rest)}
+        if self.captioned:  # the captions' bytes, padded to the file's longest, stay on the host
+            pipelines[TEXT] = [BytesDecoder()]
+        return pipelines
 
     def __iter__(self) -> Iterator[Batch]:
         from ffcv.loader import Loader as FfLoader
@@ -93,7 +100,8 @@ class FfcvLoader(Loader):
             x, y = batch[0], batch[1].reshape(-1).clone()
             if self.kind == "latent":  # finish_latents writes new tensors, as finish_images does
                 x = x.view(torch.float16)
-            yield self.finish(x if self.kind != "audio" else x.clone(), y, i)
+            captions = captions_padded(batch[-1]) if self.captioned else None
+            yield self.finish(x if self.kind != "audio" else x.clone(), y, i, captions)
 
     def close(self) -> None:
         self._loader = None  # FFCV's threads live only while an epoch is being iterated

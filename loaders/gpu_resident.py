@@ -53,6 +53,7 @@ class GpuResidentLoader(Loader):
         self.y = torch.from_numpy(y).to(device)
 
     def _load(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample and label (and caption, kept in `self.captions`) read from data.h5 or the plain files."""
         from dataprep.formats import module
 
         fmt = "hdf5" if "hdf5" in self.manifest["formats"] else "files"
@@ -64,6 +65,7 @@ class GpuResidentLoader(Loader):
             raise DamagedDataError(
                 f"{self.data_dir}: cannot read its {fmt} samples ({type(e).__name__}: {e}); {fix(self.data_dir)}"
             ) from None
+        self.captions = None if chunks[0].text is None else [t for c in chunks for t in c.text]
         return np.concatenate([c.x for c in chunks]), np.concatenate([c.y for c in chunks])
 
     def _refuse_non_finite(self, x: torch.Tensor) -> None:
@@ -106,8 +108,10 @@ class GpuResidentLoader(Loader):
                 noise = noise_generator(x.device, self.opts, self.epoch, -1)  # -1: the whole epoch
             x = finish_latents(x, self.opts.dtype, self.manifest["latent"], flip, noise)
         end = len(idx) - len(idx) % bs if self.opts.drop_last else len(idx)
+        order = None if self.captions is None else idx.tolist()  # one copy to the host per epoch, for the captions
         for start in range(0, end, bs):
-            yield Batch(x[start : start + bs], y[start : start + bs])
+            captions = None if order is None else [self.captions[k] for k in order[start : start + bs]]
+            yield Batch(x[start : start + bs], y[start : start + bs], self.text(captions))
 
 
 def _host_available() -> int:

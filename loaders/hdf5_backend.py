@@ -56,6 +56,7 @@ class Hdf5Loader(Loader):
         super().__init__(data_dir, manifest, opts)
         self.reader = BatchReader(data_file(self.data_dir))
         self._loader = None
+        self.captions = stored_captions(self.data_dir, manifest)
 
     def _batches(self) -> list[list[int]]:
         idx = shard_indices(self.manifest["count"], self.opts, self.epoch)
@@ -82,13 +83,27 @@ class Hdf5Loader(Loader):
         with worker_errors("hdf5", self.data_dir):
             for i, (x, y) in enumerate(self._loader):
                 x = x.to(o.device, non_blocking=self.pin)
-                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
+                captions = None if self.captions is None else [self.captions[k] for k in self._sampler[i]]
+                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i, captions)
 
     def close(self) -> None:
         if self._loader is not None and getattr(self._loader, "_iterator", None) is not None:
             self._loader._iterator._shutdown_workers()
             self._loader._iterator = None
         self._loader = None
+
+
+def stored_captions(data_dir: Path, manifest: dict) -> list[str] | None:
+    """Every sample's caption from data.h5 (small: read once, in the loading process), None without captions."""
+    from dataprep.formats.base import has_captions
+    from dataprep.formats.hdf5 import TEXT, data_file, read_text
+
+    if not has_captions(manifest):
+        return None
+    import h5py
+
+    with h5py.File(data_file(data_dir), "r") as f:
+        return read_text(f[TEXT], 0, f[TEXT].shape[0])
 
 
 class _Proxy(torch.utils.data.Sampler):

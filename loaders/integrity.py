@@ -83,8 +83,26 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
                 f"conversion); {fix(data_dir)}"
             )
     problem = CHECKS[fmt](data_dir, manifest, count, shape, sizes)
+    if problem is None and isinstance(manifest.get("text"), dict):
+        problem = _text_table(data_dir, manifest)
     if problem:
         raise DamagedDataError(f"{problem}; {fix(data_dir)}")
+
+
+def _text_table(data_dir: Path, manifest: dict) -> str | None:
+    """The cached caption embeddings (dataprep.textcache): inside the directory, regular files, sizes and offsets
+    that fit the manifest, so a lookup never reads past a file."""
+    from dataprep.paths import require_regular
+    from dataprep.textcache import check_table
+
+    names = [f["path"] for f in manifest["text"]["files"]]
+    all_inside(data_dir, names, source=data_dir / "manifest.json")
+    try:
+        for name in names:
+            require_regular(data_dir / name)
+        return check_table(data_dir, manifest)
+    except OSError as e:
+        return f"{e.filename or data_dir}: {e.strerror or e}"
 
 
 def _hdf5(data_dir: Path, manifest: dict, count: int, shape: tuple, sizes: dict) -> str | None:

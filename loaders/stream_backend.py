@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dataprep.formats.stream import DIRNAME, INDEX, read_failure, unpack
+from dataprep.formats.stream import DIRNAME, INDEX, TEXT, read_failure, unpack
 from dataprep.text import printable
 
 from .base import Batch, Loader
@@ -74,10 +74,11 @@ def client_config():
     )
 
 
-def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths)."""
+def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[str] | None]:
+    """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths, captions)."""
     x, y, length = unpack(items)
-    return torch.from_numpy(x), torch.from_numpy(y), None if length is None else torch.from_numpy(length)
+    captions = [it[TEXT] for it in items] if TEXT in items[0] else None
+    return torch.from_numpy(x), torch.from_numpy(y), None if length is None else torch.from_numpy(length), captions
 
 
 plain_http_through_boto3()
@@ -90,6 +91,11 @@ class StreamLoader(Loader):
         self.location = location or str(self.data_dir)  # s3://BUCKET/PREFIX, or the local directory
         self.files = files or self.location  # where the files are: s3://BUCKET/PREFIX/GENERATION (dataprep.remote)
         self.remote = self.location.startswith("s3://")
+        if self.remote and "text" in manifest:
+            raise LoaderError(
+                f"{self.location}: its caption embeddings (text/) are read from a local directory; copy the dataset "
+                "to local disk (aws s3 sync) and pass that"
+            )
         self.shape = (*manifest["sample_shape"],)
         self.dtype = np.dtype(manifest["dtype"])
         self.cache = None
@@ -222,13 +228,13 @@ class StreamLoader(Loader):
     def _batches(self, epoch: int, first: int) -> Iterator[Batch]:
         o = self.opts
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
-            for i, (x, y, _length) in enumerate(self._dl, start=first):
+            for i, (x, y, _length, captions) in enumerate(self._dl, start=first):
                 x = (
                     x.view(TORCH_DTYPES[self.dtype.name])
                     .reshape(len(y), *self.shape)
                     .to(o.device, non_blocking=self.pin)
                 )
-                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i)
+                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i, captions)
             self._next = (epoch + 1, 0)
 
     @contextmanager

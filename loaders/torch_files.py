@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from dataprep.finite import first_non_finite
-from dataprep.formats.files import check_sample
+from dataprep.formats.base import DatasetMeta, has_captions
+from dataprep.formats.files import caption_column, check_sample
 
 from .base import Batch, Loader, shard_indices
 from .workers import leave_stop_signals_to_the_parent, worker_errors
@@ -96,6 +97,10 @@ class TorchFilesLoader(Loader):
         rows = read_index(data_dir, checked=listed)
         shape, dtype = manifest["sample_shape"], manifest["dtype"]
         self.dataset = FilesDataset(self.data_dir / DIRNAME, rows, self.kind, opts.seed, opts.augment, shape, dtype)
+        self.captions = None
+        if has_captions(manifest):
+            column = caption_column(DatasetMeta.from_manifest(manifest))
+            self.captions = [r[column] for r in rows]
 
     def __iter__(self) -> Iterator[Batch]:
         o = self.opts
@@ -116,8 +121,11 @@ class TorchFilesLoader(Loader):
             for i, (x, y) in enumerate(loader):
                 x = x.to(o.device, non_blocking=self.pin)
                 y = y.to(o.device, non_blocking=self.pin)
+                batch = indices[i * o.batch_size : (i + 1) * o.batch_size]  # the sampler's order, batch by batch
+                captions = None if self.captions is None else [self.captions[k] for k in batch]
                 if self.kind == "image":  # already normalized and flipped on the CPU by the transforms
                     x = x.to(o.dtype)
-                    yield Batch(x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x, y)
+                    x = x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x
+                    yield Batch(x, y, self.text(captions))
                 else:
-                    yield self.finish(x, y, i)
+                    yield self.finish(x, y, i, captions)

@@ -156,3 +156,12 @@ def small_shards():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stream, "SHARD_BYTES", 128 << 10)
         yield
+
+
+@pytest.fixture(scope="session")
+def text_encoders(tmp_path_factory) -> dict[str, Path]:
+    """Tiny CLIP, T5 and CLAP text encoders built from config (random weights), by name: folders for --text-encoder."""
+    from dataprep.textenc import make_text_encoder
+
+    root = tmp_path_factory.mktemp("text-encoders")
+    return {kind: make_text_encoder(kind, root / kind) for kind in ("clip", "t5", "clap")}

@@ -268,7 +268,7 @@ def test_hub_id_without_network_fails_fast(tmp_path):
 def test_device_without_vae_is_refused(tmp_path):
     """--device only means something with --vae: without it the command exits 2 and says so."""
     r = convert_cli("--source", "synthetic-images", "--limit", "8", "--output", str(tmp_path / "o"), "--device", "cpu")
-    assert r.exit_code == 2 and "only --vae runs on a device" in r.output
+    assert r.exit_code == 2 and "only --vae and --text-encoder run on a device" in r.output
     assert nothing_written(tmp_path / "o")
 
 

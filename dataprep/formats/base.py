@@ -20,6 +20,7 @@ class DatasetMeta:
     dtype: str  # "uint8" for images, "float32" for audio
     classes: list[str]
     sample_rate: int | None = None  # audio only
+    captions: bool = False  # every sample has a caption, stored by every format (manifest: schema.txt, captions)
 
     @classmethod
     def from_manifest(cls, manifest: dict) -> DatasetMeta:
@@ -30,11 +31,24 @@ class DatasetMeta:
             manifest["dtype"],
             manifest["classes"],
             audio.get("sample_rate"),
+            has_captions(manifest),
         )
 
     @property
     def record_bytes(self) -> int:
         return int(np.prod(self.sample_shape)) * np.dtype(self.dtype).itemsize
+
+
+def has_captions(manifest: dict) -> bool:
+    """Whether every format stores a caption per sample: the manifest describes them under "captions"."""
+    return isinstance(manifest.get("captions"), dict)
+
+
+def captions_padded(padded) -> list[str]:
+    """Rows of captions' UTF-8 bytes, each ended by a NUL and padded to the longest (FFCV's BytesDecoder leaves the
+    rest of a row as it was, DALI's pad zeros it), as str: cut at the first NUL, as a loader has no sizes at hand (a
+    caption holding a NUL character is cut there, and then has no cached embedding: an error, never a wrong one)."""
+    return [bytes(row).split(b"\0", 1)[0].decode("utf-8", "surrogateescape") for row in np.asarray(padded)]
 
 
 class FormatWriter(ABC):

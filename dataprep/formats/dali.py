@@ -7,7 +7,8 @@ Sample k (global, manifest order) is the tar members `{k:08d}.<ext>`, each the r
     images: `rgb`  uint8 (H, W, 3) pixels        -> readers.webdataset(ext=["rgb", "cls"], dtypes=[UINT8, INT64])
     audio:  `pcm`  float32 (T,) or (C, T) samples -> ext=["pcm", "cls", "len"], dtypes=[FLOAT, INT64, INT64]
     latent: `lat`  float16 (V, 2, C, h, w) moments -> ext=["lat", "cls"], dtypes=[FLOAT16, INT64]
-    both:   `cls`  int64 label;  audio: `len` int64 valid samples
+    both:   `cls`  int64 label;  audio: `len` int64 valid samples;  captioned: `txt` the caption's UTF-8 bytes and
+            a NUL (no member is empty; the loader pads a batch's captions and cuts each at its NUL)
 The reader returns flat 1-D tensors of the declared dtype: reshape to manifest["sample_shape"]. No decoder runs:
 the pixels are already decoded, so DALI's work is reading, flipping and normalizing. Index files are in DALI's
 wds2idx "v1.2" format (one line per sample: `ext offset size name` per component).
@@ -30,11 +31,11 @@ import numpy as np
 
 from ..paths import all_inside, inside, open_regular, require_regular
 from ..sources.base import Chunk
-from .base import DatasetMeta, FormatWriter
+from .base import DatasetMeta, FormatWriter, has_captions
 
 DIRNAME = "dali"
 INDEX_VERSION = "v1.2"  # wds2idx's format, the one DALI's reader takes
-LABEL_EXT, LENGTH_EXT = "cls", "len"  # the label's and (audio) the valid length's member extension
+LABEL_EXT, LENGTH_EXT, TEXT_EXT = "cls", "len", "txt"  # members: label, (audio) valid length, (captioned) caption
 SHARD_SAMPLES = 8192  # ~25 MB of CIFAR per shard: few files to open, enough shards to spread over ranks
 
 
@@ -42,13 +43,15 @@ def data_ext(kind: str) -> str:
     return {"image": "rgb", "audio": "pcm", "latent": "lat"}[kind]
 
 
-def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list[str]]:
-    """The chunk's tar members (header, data, padding per member) as one blob, and per sample its index line. Runs in
-    worker processes; the headers are tarfile's own, so a shard is what tarfile would write. Every sample's record has
-    the same size (fixed-shape samples, 512-byte headers), so sample j starts at (j % SHARD_SAMPLES) records into its
-    shard and the worker writes the final offsets: the converting process only copies bytes and lines."""
+def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list, list[int] | None]:
+    """The chunk's tar members (header, data, padding per member) as one blob, per sample its index line, and the
+    records' sizes where they differ. Runs in worker processes; the headers are tarfile's own, so a shard is what
+    tarfile would write. Without captions every sample's record has the same size (fixed-shape samples, 512-byte
+    headers), so sample j starts at (j % SHARD_SAMPLES) records into its shard and the worker writes the final
+    offsets: the converting process only copies bytes and lines (sizes None). Captions differ in length: then each
+    line is the sample's members with offsets from its record's start, placed by the writer (`_placed`)."""
     ext = data_ext(kind)
-    blob, lines = bytearray(), []
+    blob, lines, sizes = bytearray(), [], None if chunk.text is None else []
     for k in range(len(chunk)):
         key = f"{start + k:08d}"
         parts = [
@@ -57,6 +60,8 @@ def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list
         ]
         if chunk.length is not None:
             parts.append((f"{key}.{LENGTH_EXT}", np.int64(chunk.length[k]).tobytes()))
+        if chunk.text is not None:
+            parts.append((f"{key}.{TEXT_EXT}", chunk.text[k].encode("utf-8", "surrogateescape") + b"\0"))
         record, entries = bytearray(), []
         for name, data in parts:
             info = tarfile.TarInfo(name)
@@ -64,10 +69,18 @@ def encode_tar_records(kind: str, chunk: Chunk, start: int) -> tuple[bytes, list
             record += info.tobuf(tarfile.USTAR_FORMAT, tarfile.ENCODING, "surrogateescape")
             entries.append((name.rsplit(".", 1)[1], len(record), len(data), name))
             record += data + bytes(-len(data) % tarfile.BLOCKSIZE)
-        at = (start + k) % SHARD_SAMPLES * len(record)
-        lines.append(" ".join(f"{e} {at + offset} {size} {name}" for e, offset, size, name in entries))
+        if sizes is None:
+            lines.append(_placed(entries, (start + k) % SHARD_SAMPLES * len(record)))
+        else:
+            lines.append(entries)
+            sizes.append(len(record))
         blob += record
-    return bytes(blob), lines
+    return bytes(blob), lines, sizes
+
+
+def _placed(entries: list[tuple[str, int, int, str]], at: int) -> str:
+    """A sample's index line, its record starting `at` bytes into the shard."""
+    return " ".join(f"{e} {at + offset} {size} {name}" for e, offset, size, name in entries)
 
 
 class DaliWriter(FormatWriter):
@@ -97,17 +110,22 @@ class DaliWriter(FormatWriter):
     def encoder(self):
         return partial(encode_tar_records, self.meta.kind)
 
-    def write(self, chunk: Chunk, encoded: tuple[bytes, list[str]] | None = None) -> None:
-        blob, lines = encoded or encode_tar_records(self.meta.kind, chunk, self.count)
-        size = len(blob) // max(1, len(chunk))  # one sample's record: the same for every sample
+    def write(self, chunk: Chunk, encoded: tuple | None = None) -> None:
+        blob, lines, sizes = encoded or encode_tar_records(self.meta.kind, chunk, self.count)
+        ends = None if sizes is None else np.cumsum([0, *sizes]).tolist()  # records of different sizes (captions)
+        size = len(blob) // max(1, len(chunk))  # without captions, one sample's record: the same for every sample
         i, view = 0, memoryview(blob)
         while i < len(chunk):  # up to the next shard boundary at a time
             if self.count % SHARD_SAMPLES == 0:
                 self._open_shard()
             n = min(len(chunk) - i, SHARD_SAMPLES - self.count % SHARD_SAMPLES)
-            self.tar.write(view[i * size : (i + n) * size])
-            self.index += lines[i : i + n]
-            self.offset += n * size
+            a, b = (i * size, (i + n) * size) if ends is None else (ends[i], ends[i + n])
+            self.tar.write(view[a:b])
+            if ends is None:
+                self.index += lines[i : i + n]
+            else:
+                self.index += [_placed(lines[j], self.offset + ends[j] - a) for j in range(i, i + n)]
+            self.offset += b - a
             self.count += n
             i += n
 
@@ -133,7 +151,7 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
     """Reads the tars with Python's tarfile (verify must not depend on DALI being installed)."""
     meta = DatasetMeta.from_manifest(manifest)
     ext = data_ext(meta.kind)
-    xs, ys, lens = [], [], []
+    xs, ys, lens, texts = [], [], [], []
     for tar_path in shard_paths(data_dir)[0]:
         with open_regular(tar_path) as f, tarfile.open(fileobj=f) as tar:  # a FIFO is refused, not waited on
             for m in tar:
@@ -145,19 +163,23 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
                     ys.append(np.frombuffer(data, "<i8")[0])
                 elif kind == LENGTH_EXT:
                     lens.append(np.frombuffer(data, "<i8")[0])
+                elif kind == TEXT_EXT:
+                    texts.append(data[:-1].decode("utf-8", "surrogateescape"))
                 if (
                     len(ys) == chunk_size
                     and len(xs) == chunk_size
                     and (meta.kind != "audio" or len(lens) == chunk_size)
+                    and (not meta.captions or len(texts) == chunk_size)
                 ):
-                    yield _chunk(xs, ys, lens)
-                    xs, ys, lens = [], [], []
+                    yield _chunk(xs, ys, lens, texts)
+                    xs, ys, lens, texts = [], [], [], []
     if ys:
-        yield _chunk(xs, ys, lens)
+        yield _chunk(xs, ys, lens, texts)
 
 
-def _chunk(xs, ys, lens) -> Chunk:
-    return Chunk(np.stack(xs), np.asarray(ys, np.int64), np.asarray(lens, np.int64) if lens else None)
+def _chunk(xs, ys, lens, texts) -> Chunk:
+    length = np.asarray(lens, np.int64) if lens else None
+    return Chunk(np.stack(xs), np.asarray(ys, np.int64), length, text=texts if texts else None)
 
 
 def check_shards(data_dir: Path, manifest: dict) -> str | None:
@@ -168,6 +190,8 @@ def check_shards(data_dir: Path, manifest: dict) -> str | None:
     expected = {data_ext(manifest["kind"]): record, LABEL_EXT: 8}
     if manifest["kind"] == "audio":
         expected[LENGTH_EXT] = 8
+    if has_captions(manifest):
+        expected[TEXT_EXT] = None  # any length
     tars, indexes = shard_paths(data_dir)
     total = 0
     for tar, index in zip(tars, indexes):
@@ -197,7 +221,13 @@ def _check_index(index: Path, tar_size: int, expected: dict) -> tuple[str | None
                 return f"line {number}: {len(parts) // 4} components, expected {len(expected)}", 0
             for ext, offset, size in zip(parts[0::4], parts[1::4], parts[2::4]):
                 start, length = int(offset), int(size)
-                if expected.get(ext) != length or start % 512 or start < end + 512 or start + length > tar_size:
+                if (
+                    ext not in expected
+                    or expected[ext] not in (None, length)
+                    or start % 512
+                    or start < end + 512
+                    or start + length > tar_size
+                ):
                     return f"line {number}: component {ext} {offset} {size} does not fit the shard", 0
                 end = start + length
         return None, int(n)

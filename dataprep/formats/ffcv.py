@@ -19,8 +19,18 @@ import numpy as np
 from ..parallel import die_with_parent, exit_when_gone, send_or_end
 from ..paths import require_regular
 from ..sources.base import Chunk
-from .base import DatasetMeta, FormatWriter
-from .ffcv_layout import FILENAME, data_file, field_names, fields, stored_dtype
+from .base import DatasetMeta, FormatWriter, has_captions
+from .ffcv_layout import (
+    FILENAME,
+    TEXT,
+    caption_sizes,
+    captions_from,
+    data_file,
+    field_names,
+    fields,
+    stored_caption,
+    stored_dtype,
+)
 
 STAGING = "ffcv-staging.bin"
 WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: small enough to balance two workers
@@ -29,8 +39,10 @@ WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: sm
 class StagedRecords:
     """dataset[i] -> the sample's fields, read from the staging file; picklable for FFCV's worker processes."""
 
-    def __init__(self, path: Path, meta: DatasetMeta, labels: np.ndarray, lengths: np.ndarray | None) -> None:
-        self.path, self.meta, self.labels, self.lengths = str(path), meta, labels, lengths
+    def __init__(
+        self, path: Path, meta: DatasetMeta, labels: np.ndarray, lengths: np.ndarray | None, texts: list[bytes]
+    ) -> None:
+        self.path, self.meta, self.labels, self.lengths, self.texts = str(path), meta, labels, lengths, texts
         self._fd = None
 
     def __len__(self) -> int:
@@ -42,9 +54,8 @@ class StagedRecords:
         size = self.meta.record_bytes
         x = np.frombuffer(os.pread(self._fd, size, i * size), stored_dtype(self.meta.dtype))
         x = x.reshape(self.meta.sample_shape)
-        if self.lengths is None:
-            return x, int(self.labels[i])
-        return x, int(self.labels[i]), int(self.lengths[i])
+        fields = (x, int(self.labels[i])) + (() if self.lengths is None else (int(self.lengths[i]),))
+        return fields + ((np.frombuffer(self.texts[i], np.uint8),) if self.meta.captions else ())
 
 
 class _Span:
@@ -229,6 +240,7 @@ class FfcvWriter(FormatWriter):
         self._f = open(self.staging, "wb")
         self.labels: list[np.ndarray] = []
         self.lengths: list[np.ndarray] = []
+        self.texts: list[bytes] = []
         self._helper = early or Helper()
 
     def write(self, chunk: Chunk, encoded: None = None) -> None:
@@ -236,12 +248,14 @@ class FfcvWriter(FormatWriter):
         self.labels.append(chunk.y)
         if chunk.length is not None:
             self.lengths.append(chunk.length)
+        if chunk.text is not None:
+            self.texts += [stored_caption(t) for t in chunk.text]
 
     def finish(self) -> list[Path]:
         self._f.close()
         labels = np.concatenate(self.labels) if self.labels else np.zeros(0, np.int64)
         lengths = np.concatenate(self.lengths) if self.lengths else None
-        records = StagedRecords(self.staging, self.meta, labels, lengths)
+        records = StagedRecords(self.staging, self.meta, labels, lengths, self.texts)
         self.timings = self._helper.run((self.out_dir / FILENAME, records, self.workers, self.progress))
         self.staging.unlink()
         return [Path(FILENAME)]
@@ -253,20 +267,23 @@ class FfcvWriter(FormatWriter):
 
 def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chunk]:
     """Reads back through FFCV's own Loader (sequential order, no augmentation), as training will."""
+    from ffcv.fields.bytes import BytesDecoder
     from ffcv.fields.decoders import IntDecoder, NDArrayDecoder, SimpleRGBImageDecoder
     from ffcv.loader import Loader, OrderOption
 
-    kind = manifest["kind"]
-    names = field_names(kind)
+    kind, captions = manifest["kind"], has_captions(manifest)
+    names = field_names(kind, captions)
     decoders = {
         "image": SimpleRGBImageDecoder(),
         "audio": NDArrayDecoder(),
         "latent": NDArrayDecoder(),
         "label": IntDecoder(),
+        "length": IntDecoder(),
+        TEXT: BytesDecoder(),
     }
-    decoders["length"] = IntDecoder()
     path = data_file(data_dir)
     require_regular(path)  # FFCV's own open would wait on a FIFO for ever
+    sizes = caption_sizes(path) if captions else None
     loader = Loader(
         str(path),
         batch_size=chunk_size,
@@ -275,8 +292,11 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
         drop_last=False,
         pipelines={n: [decoders[n]] for n in names},
     )
+    start = 0
     for batch in loader:
         x, y = np.array(batch[0]), np.asarray(batch[1]).reshape(-1).astype(np.int64)
         x = x.view(manifest["dtype"]) if kind == "latent" else x
         length = np.asarray(batch[2]).reshape(-1).astype(np.int64) if kind == "audio" else None
-        yield Chunk(x, y, length)
+        text = captions_from(batch[-1], sizes[start : start + len(y)]) if captions else None
+        start += len(y)
+        yield Chunk(x, y, length, text=text)

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..paths import require_regular
-from .ffcv_layout import data_file, field_names
+from .base import has_captions
+from .ffcv_layout import TEXT, data_file, field_names
 
 RAW = 1  # FFCV's IMAGE_MODES["raw"]: dataprep writes decoded pixels, never JPEG
 
@@ -21,7 +22,7 @@ def check_tables(data_dir: Path, manifest: dict) -> str | None:
     require_regular(path)
     count, shape = int(manifest["count"]), tuple(int(s) for s in manifest["sample_shape"])
     try:
-        problem = _tables(path, manifest, count, shape, field_names(manifest["kind"]))
+        problem = _tables(path, manifest, count, shape, field_names(manifest["kind"], has_captions(manifest)))
     except Exception as e:  # garbage in the field table makes FFCV's own parsing fail in many ways
         problem = f"unreadable header or tables ({type(e).__name__}: {e})"
     return problem and f"{path}: {problem}"
@@ -62,6 +63,10 @@ def _tables(path: Path, manifest: dict, count: int, shape: tuple, names: tuple) 
         ptrs, nbytes = data, int(np.prod(shape)) * np.dtype(manifest["dtype"]).itemsize
     if (ptrs + nbytes > table_at).any() or not np.isin(ptrs, starts).all():
         return "sample pointers outside the allocated data"
+    if TEXT in names:
+        text = meta[meta.dtype.names[names.index(TEXT)]]
+        if (text["ptr"] + text["size"] > table_at).any() or not np.isin(text["ptr"], starts).all():
+            return "caption pointers outside the allocated data"
     labels = meta[meta.dtype.names[1]]
     if ((labels < 0) | (labels >= len(manifest["classes"]))).any():
         return f"labels outside 0..{len(manifest['classes']) - 1}"

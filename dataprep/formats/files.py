@@ -1,6 +1,6 @@
 """Plain files, what the common tutorials read: one PNG per image (lossless, so the pixels survive exactly), one
 float32 WAV per clip or one `.npy` per latent sample (as latent-diffusion training scripts cache their features), plus
-`files/index.csv` (path,label[,length]) in manifest order."""
+`files/index.csv` (path,label[,length][,caption]) in manifest order: `caption` where the samples have captions."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
 DIRNAME = "files"
-INDEX = "index.csv"  # in DIRNAME: path (relative to DIRNAME), label and, for audio, length, one row per sample
+INDEX = (
+    "index.csv"  # in DIRNAME: path (relative to DIRNAME), label, (audio) length, (captioned) caption; a row a sample
+)
 # One folder per encoding task of CIFAR-sized samples: processes creating files in one directory contend for it (its
 # lock), so on many cores the workers must each write a folder of their own; small folders also list fast.
 PER_FOLDER = 256
@@ -61,7 +63,8 @@ def encode_files(root: str, kind: str, sample_rate: int | None, chunk: Chunk, st
             folder.mkdir(exist_ok=True)
         path.write_bytes(data)
         described.append({"path": f"{DIRNAME}/{rel}", "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-        index.writerow([rel, int(chunk.y[k])] + ([int(chunk.length[k])] if kind == "audio" else []))
+        row = [rel, int(chunk.y[k])] + ([int(chunk.length[k])] if kind == "audio" else [])
+        index.writerow(row + ([] if chunk.text is None else [chunk.text[k]]))
     return described, rows.getvalue()
 
 
@@ -71,7 +74,10 @@ class FilesWriter(FormatWriter):
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
         self._index = open(self.root / INDEX, "w", newline="")
-        csv.writer(self._index).writerow(["path", "label"] + (["length"] if meta.kind == "audio" else []))
+        header = (
+            ["path", "label"] + (["length"] if meta.kind == "audio" else []) + (["caption"] if meta.captions else [])
+        )
+        csv.writer(self._index).writerow(header)
         self.count = 0
         self.described: list[dict] = []
 
@@ -144,7 +150,13 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
         x = np.stack([check_sample(read_sample(p, meta.kind), p, shape, dtype) for p in paths])
         y = np.array([int(r[1]) for r in part], np.int64)
         length = np.array([int(r[2]) for r in part], np.int64) if meta.kind == "audio" else None
-        yield Chunk(x, y, length)
+        text = [r[caption_column(meta)] for r in part] if meta.captions else None
+        yield Chunk(x, y, length, text=text)
+
+
+def caption_column(meta: DatasetMeta) -> int:
+    """Where index.csv holds the caption: after path, label and (audio) length."""
+    return 3 if meta.kind == "audio" else 2
 
 
 def check_index(data_dir: Path, manifest: dict, sizes: Container[str]) -> str | None:

@@ -1,8 +1,8 @@
-"""HDF5 (`data.h5`): datasets `x` (N, *sample_shape) uint8|float32, `y` (N,) int64 and, for audio, `length` (N,)
-int64; attributes `classes`, `kind` and (audio) `sample_rate`. This module owns that layout: the writer, `read_chunks`,
-`open_samples` (what the loader reads) and `check_layout` (what the loader checks at open) all take it from here.
-Uncompressed: the loaders read random samples every
-step, and decompression would cost more CPU than the bytes it saves.
+"""HDF5 (`data.h5`): datasets `x` (N, *sample_shape) uint8|float32, `y` (N,) int64, for audio `length` (N,) int64 and,
+for captioned samples, `txt` (N,) variable-length UTF-8 strings; attributes `classes`, `kind` and (audio)
+`sample_rate`. This module owns that layout: the writer, `read_chunks`, `open_samples` (what the loader reads) and
+`check_layout` (what the loader checks at open) all take it from here. Uncompressed: the loaders read random samples
+every step, and decompression would cost more CPU than the bytes it saves.
 
 Chunking, measured with `python -m bench.studies.format_choices` (bench/results/format_choices.json; 10,000 CIFAR-10
 images, 2-core dev machine, page cache warm, random batches of 128 read sample by sample as the loader does):
@@ -20,10 +20,10 @@ import numpy as np
 
 from ..paths import inside, require_regular
 from ..sources.base import Chunk
-from .base import DatasetMeta, FormatWriter
+from .base import DatasetMeta, FormatWriter, has_captions
 
 FILENAME = "data.h5"
-X, Y, LENGTH = "x", "y", "length"  # the datasets: samples, labels, and (audio) each clip's length before padding
+X, Y, LENGTH, TEXT = "x", "y", "length", "txt"  # samples, labels, (audio) each clip's length, (captioned) captions
 # samples per HDF5 chunk: small chunks keep a random read from dragging in neighbours it does not need; see docstring
 CHUNK_SAMPLES = 16
 
@@ -44,6 +44,9 @@ class Hdf5Writer(FormatWriter):
         if meta.kind == "audio":
             self.length = self.f.create_dataset(LENGTH, (0,), maxshape=(None,), dtype="int64", chunks=(4096,))
             self.f.attrs["sample_rate"] = meta.sample_rate
+        self.text = None
+        if meta.captions:
+            self.text = self.f.create_dataset(TEXT, (0,), maxshape=(None,), dtype=text_dtype(), chunks=(4096,))
         self.f.attrs["kind"] = meta.kind
         self.f.attrs["classes"] = meta.classes
         self.count = 0
@@ -52,7 +55,8 @@ class Hdf5Writer(FormatWriter):
         n, end = len(chunk), self.count + len(chunk)
         if n == 0:
             return
-        for ds, values in ((self.x, chunk.x), (self.y, chunk.y), (self.length, chunk.length)):
+        parts = ((self.x, chunk.x), (self.y, chunk.y), (self.length, chunk.length), (self.text, chunk.text))
+        for ds, values in parts:
             if ds is not None:
                 ds.resize(end, axis=0)
                 ds[self.count : end] = values
@@ -64,6 +68,18 @@ class Hdf5Writer(FormatWriter):
 
     def abort(self) -> None:
         self.f.close()
+
+
+def text_dtype():
+    """h5py's variable-length UTF-8 string type, the captions' dtype."""
+    import h5py
+
+    return h5py.string_dtype("utf-8")
+
+
+def read_text(ds, start: int, end: int) -> list[str]:
+    """Captions start..end of the `txt` dataset as str (h5py reads them as UTF-8 bytes)."""
+    return [t.decode("utf-8", "surrogateescape") for t in ds[start:end]]
 
 
 def data_file(data_dir: Path) -> Path:
@@ -81,7 +97,8 @@ def read_chunks(data_dir: Path, manifest: dict, chunk_size: int) -> Iterator[Chu
         for start in range(0, n, chunk_size):
             end = min(n, start + chunk_size)
             length = f[LENGTH][start:end] if LENGTH in f else None
-            yield Chunk(f[X][start:end], f[Y][start:end].astype(np.int64), length)
+            text = read_text(f[TEXT], start, end) if has_captions(manifest) else None
+            yield Chunk(f[X][start:end], f[Y][start:end].astype(np.int64), length, text=text)
 
 
 def open_samples(path: Path, cache_bytes: int):
@@ -99,6 +116,8 @@ def expected_layout(manifest: dict) -> dict[str, tuple[tuple[int, ...], np.dtype
     want = {X: ((count, *shape), np.dtype(manifest["dtype"])), Y: ((count,), np.dtype("int64"))}
     if manifest["kind"] == "audio":
         want[LENGTH] = ((count,), np.dtype("int64"))
+    if has_captions(manifest):
+        want[TEXT] = ((count,), text_dtype())
     return want
 
 

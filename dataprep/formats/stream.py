@@ -7,9 +7,8 @@ S3-compatible object storage (`dataprep convert --output s3://BUCKET/PREFIX` upl
 Sample k (manifest order) is the item {"x": raw bytes, "y": label, ["length": valid samples], ["txt": caption]}:
 `x` is the little-endian bytes of the sample as every format stores it (uint8 HWC pixels, float32 clip, float16
 latent moments), reshaped on the reader's side from manifest["sample_shape"] and manifest["dtype"]: no encoder
-runs, as in the other formats. `txt` is the sample's caption where the source has one (WebDataset shards with a
-`txt` member); no other format keeps it, and training does not read it yet; the manifest's "schema" says whether
-it is there.
+runs, as in the other formats. `txt` is the sample's caption where the samples have one (dataprep.sources.captions;
+every format keeps it); the manifest's "schema" says whether it is there.
 
 Why LitData and these chunks: docs/DESIGN.md ("Data in object storage")."""
 

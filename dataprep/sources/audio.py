@@ -7,6 +7,7 @@ Labels, with BASE = ROOT/<split> if that folder exists, else ROOT:
 - otherwise (a flat folder, or one folder): the file-name prefix before the first underscore when the clips have
   one (`7_jackson_12.wav` -> "7", as in the spoken-digit set; a clip without one beside them is a bad sample, named),
   else one class named after the folder, for unconditional training.
+Captions, caption files beside the clips or metadata.jsonl/csv, are read as dataprep.sources.captions says.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..paths import NotRegularError, require_regular
 from .base import AudioSpec, BadSample, InputError
+from .captions import caption_files, read_captions
 from .files import FileSource, list_files, mixed
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg")
@@ -115,6 +117,8 @@ class AudioSource(FileSource):
         clips = {p for p in files if p.suffix.lower() in AUDIO_EXTS}
         if not clips:
             raise InputError(f"{base}: no .wav/.flac/.ogg files")
+        listed, extra = files, caption_files(files, sorted(clips))
+        files = [p for p in files if p not in extra]
         label = _labeller(base, clips)
         labels = {p: label(p) for p in clips}
         self.classes = sorted({c for c in labels.values() if c is not None})
@@ -124,6 +128,7 @@ class AudioSource(FileSource):
         # silently ignored
         self.items = mixed([(p, index.get(labels.get(p), -1)) for p in files if p.parent in folders])
         self.path = str(base)
+        self.caption_of = read_captions([p for p, _ in self.items if p in clips], listed)
         unlabelled = frozenset(p for p, c in labels.items() if c is None)
         self.decode = partial(decode_clip, spec=self.spec, unlabelled=unlabelled)
 

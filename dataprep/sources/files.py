@@ -42,6 +42,11 @@ class FileSource(Source):
     decoded: int = 0  # samples this process decoded (under torchrun --vae, its share)
     # which samples (by index in `items`) this process needs the pixels of; the others come as zeros of the same shape
     needed: Callable[[int], bool] | None = None
+    caption_of: dict[Path, str] | None = None  # each sample's caption, where the folder holds them (sources.captions)
+
+    @property
+    def captions(self) -> bool:
+        return self.caption_of is not None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -103,13 +108,13 @@ class FileSource(Source):
         hint = "; pass --size N to resize every image to N x N" if self.kind == "image" else ""
         return f"inconsistent sample shape {got}; {first} has {shape}{hint}"
 
-    @staticmethod
-    def _chunk(xs, ys, lengths, skipped, names, like) -> Chunk:
+    def _chunk(self, xs, ys, lengths, skipped, names, like) -> Chunk:
         # the first item is always decoded where items are left out (convert_latents.share_decoding): `like` is known
         xs = [np.zeros_like(like) if x is None else x for x in xs]
         x = np.stack(xs) if xs else np.zeros((0,), np.uint8)
         length = None if all(n is None for n in lengths) else np.asarray([n or 0 for n in lengths], np.int64)
-        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names)
+        text = None if self.caption_of is None else [self.caption_of[p] for p in names]
+        return Chunk(x, np.asarray(ys, np.int64), length, list(skipped), names, text)
 
 
 def mixed(items: list[tuple[Path, int]]) -> list[tuple[Path, int]]:

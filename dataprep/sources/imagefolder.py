@@ -6,7 +6,9 @@ else ROOT,
   image below BASE (what lucidrains' `Dataset` and diffusers' unconditional example train on);
 - otherwise each folder directly in BASE is a class, holding every image below it at any depth (ROOT/cat/a/b/1.jpg
   is a "cat"); a single such folder is one class. Files directly in BASE beside the class folders are ignored.
-Any other file that is not an image is a bad sample (named; `--on-bad-file skip` lists it), never dropped silently.
+Captions (caption files beside the images, or Hugging Face's metadata.jsonl/csv) are read as dataprep.sources.captions
+says, and are not samples. Any other file that is not an image is a bad sample (named; `--on-bad-file skip` lists it),
+never dropped silently.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from .base import InputError
+from .captions import caption_files, read_captions
 from .files import FileSource, list_files, mixed
 from .images import IMAGE_EXTS, decode_image
 
@@ -29,6 +32,9 @@ class ImageFolderSource(FileSource):
         if not files:
             raise InputError(f"{base}: empty folder (expected images in it, or in {base}/<class>/...)")
         self.path = str(base)
+        listed = files
+        extra = caption_files(files, [p for p in files if p.suffix.lower() in IMAGE_EXTS])
+        files = [p for p in files if p not in extra]
         if any(p.parent == base for p in files if p.suffix.lower() in IMAGE_EXTS):
             self.classes = [base.resolve().name or "images"]
             self.items = [(p, 0) for p in files]
@@ -41,4 +47,5 @@ class ImageFolderSource(FileSource):
         if not any(p.suffix.lower() in IMAGE_EXTS for p, _ in self.items):
             raise InputError(f"{base}: no .png/.jpg/.jpeg files below it")
         self.items = mixed(self.items)
+        self.caption_of = read_captions([p for p, _ in self.items if p.suffix.lower() in IMAGE_EXTS], listed)
         self.decode = partial(decode_image, size=size)

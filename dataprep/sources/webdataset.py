@@ -1,5 +1,6 @@
 """WebDataset tar shards, as img2dataset writes them: per sample the members `KEY.jpg|jpeg|png|webp` (the image) and
-optionally `KEY.cls` (an integer label), `KEY.txt` (a caption) and `KEY.json` (metadata, not kept).
+optionally `KEY.cls` (an integer label), `KEY.txt` (a caption) and `KEY.json` (metadata: its "caption", as
+img2dataset writes it, or "text" is the caption of a sample without `txt`; the rest is not kept).
 
 `--input` is a folder of .tar files, one .tar, a brace pattern (`shards/{00000..00099}.tar`, `{a,b}.tar`), or the
 same under `s3://BUCKET/PREFIX` (a prefix alone: every .tar below it). Shards in object storage are downloaded to a
@@ -8,8 +9,9 @@ the first sample is written, and a local tar can be scanned for them without rea
 order of the shards as listed (a pattern's order, else sorted) and of the members within each.
 
 Labels: with `cls` members, the distinct values sorted (numerically when they are integers) are the classes and each
-sample's label is its value's index; without, one class named after the input. Captions (`txt`) go to the stream
-format's shards and the manifest's schema; a sample without one gets "". A sample without an image member, or with an
+sample's label is its value's index; without, one class named after the input. Captions are stored in every format
+and the manifest's schema; a sample without one gets "". A caption that is not UTF-8 stops the conversion, naming
+`SHARD.tar:MEMBER`. A sample without an image member, or with an
 image PIL cannot decode, is a bad sample named `SHARD.tar:MEMBER` (`--on-bad-file skip` lists it)."""
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ def split_key(name: str) -> tuple[str, str]:
 
 
 def scan(shard: Path) -> list[dict]:
-    """Per sample of one shard, in order: its image member's name and its cls and txt values (read now: tiny)."""
+    """Per sample of one shard, in order: its image member's name, its cls value and its caption (read now: tiny)."""
     samples: dict[str, dict] = {}
     with tarfile.open(shard) as tar:
         for m in tar:
@@ -114,8 +116,33 @@ def scan(shard: Path) -> list[dict]:
             if ext in IMAGE_MEMBERS:
                 s["image"] = m.name
             elif ext in ("cls", "txt"):
-                s[ext] = tar.extractfile(m).read().decode("utf-8", "replace").strip()
+                s[ext] = _member_text(shard, m.name, tar.extractfile(m).read())
+            elif ext == "json":
+                s["json_caption"] = _json_caption(shard, m.name, tar.extractfile(m).read())
+    for s in samples.values():
+        if "txt" not in s and s.get("json_caption") is not None:
+            s["txt"] = s["json_caption"]
+        s.pop("json_caption", None)
     return list(samples.values())
+
+
+def _member_text(shard: Path, name: str, data: bytes) -> str:
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise InputError(f"{shard}:{name}: not UTF-8 text ({e.reason} at byte {e.start}); write it as UTF-8") from None
+
+
+def _json_caption(shard: Path, name: str, data: bytes) -> str | None:
+    """img2dataset's "caption" (or "text") in KEY.json, None when it holds neither."""
+    import json
+
+    try:
+        meta = json.loads(_member_text(shard, name, data) or "{}")
+    except ValueError as e:
+        raise InputError(f"{shard}:{name}: not JSON ({e})") from None
+    text = next((meta[k] for k in ("caption", "text") if isinstance(meta, dict) and isinstance(meta.get(k), str)), None)
+    return None if text is None else text.strip()
 
 
 def decode_member(size: int | None, item: tuple[str, bytes]) -> tuple[bool, object]:

@@ -1,0 +1,210 @@
+"""Caption embeddings cached once: what `dataprep convert --text-encoder PATH` writes beside the samples (pixels or
+latents), and what the loaders read back.
+
+    text/captions.json  the distinct captions in order of first appearance (caption id -> caption)
+    text/tokens.bin     each distinct caption's valid token embeddings, one caption after another: (T, D)
+    text/offsets.bin    (U + 1,) <i8: caption i's tokens are rows offsets[i]..offsets[i+1] of tokens.bin
+    text/pooled.bin     (U, P) one pooled vector per distinct caption
+
+Embeddings are stored as fp16 or bf16 (`manifest["text"]["dtype"]`), both as their 16-bit patterns, little-endian
+(numpy has no bfloat16). One table serves every format: each format stores the captions themselves
+(dataprep.formats), and a loader maps a batch's captions to their rows here and pads them to the batch's longest
+(textenc.pad), so the five backends and `stream` deliver the same embeddings. Identical captions are stored once
+(templates give CIFAR-10 ten captions per template for 50,000 images) and only valid tokens are stored: the mask is
+each caption's row count, padding costs no bytes on disk or on the link."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from .paths import inside, open_regular
+from .sources.base import Chunk
+
+DIRNAME = "text"
+CAPTIONS, TOKENS, OFFSETS, POOLED = "captions.json", "tokens.bin", "offsets.bin", "pooled.bin"
+DTYPES = ("bf16", "fp16")
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+def _bits(x, dtype: str) -> np.ndarray:
+    """A tensor's values in `dtype` as little-endian 16-bit patterns, on the host."""
+    import torch
+
+    return x.detach().to(_torch_dtype(dtype)).view(torch.int16).cpu().numpy().astype("<i2", copy=False)
+
+
+class TextCacheWriter:
+    """Encodes each distinct caption once, `batch_size` at a time, appending to the files of `text/`. Under torchrun
+    every rank sees the same captions and takes every world_size-th batch; rank 0 gathers them and writes (the
+    batches are those one process encodes, so the table is the same); the other ranks pass `out_dir=None`."""
+
+    def __init__(self, out_dir: Path | None, encoder, dtype: str, batch_size: int) -> None:
+        if dtype not in DTYPES:
+            raise ValueError(f"text dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
+        self.encoder, self.dtype, self.batch_size = encoder, dtype, batch_size
+        self.rank, self.world = _dist()
+        self.ids: dict[str, int] = {}
+        self.pending: list[str] = []
+        self.offsets = [0]
+        self.root = None if out_dir is None else Path(out_dir) / DIRNAME
+        self._tokens = self._pooled = None
+        if self.root is not None:
+            self.root.mkdir()
+            self._tokens, self._pooled = open(self.root / TOKENS, "wb"), open(self.root / POOLED, "wb")
+
+    def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again)."""
+        for chunk in chunks:
+            self.add(chunk.text)
+            yield chunk
+
+    def add(self, captions: list[str]) -> None:
+        for caption in captions:
+            if caption not in self.ids:
+                self.ids[caption] = len(self.ids)
+                self.pending.append(caption)
+        turn = self.batch_size * self.world  # one batch for every rank
+        while len(self.pending) >= turn:
+            self._encode(self.pending[:turn])
+            del self.pending[:turn]
+
+    def _encode(self, captions: list[str]) -> None:
+        """Encode up to one batch per rank (this rank's: its `rank`-th), then write every rank's in order."""
+        bs = self.batch_size
+        batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
+        mine = [self._encoded(b) for b in batches[self.rank :: self.world]]
+        if self.world > 1:
+            import torch
+
+            parts: list = [None] * self.world
+            torch.distributed.all_gather_object(parts, mine)
+            mine = [parts[k % self.world][k // self.world] for k in range(len(batches))]
+        for rows, pooled in mine if self._tokens is not None else ():
+            for row in rows:
+                self._tokens.write(row.tobytes())
+                self.offsets.append(self.offsets[-1] + len(row))
+            self._pooled.write(pooled.tobytes())
+
+    def _encoded(self, captions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        """(each caption's valid token rows, the pooled vectors) as stored: 16-bit patterns on the host."""
+        emb = self.encoder.encode(captions)
+        tokens, lengths = _bits(emb.tokens, self.dtype), emb.mask.sum(1).tolist()
+        return [row[:n] for row, n in zip(tokens, lengths)], _bits(emb.pooled, self.dtype)  # a mask is a prefix
+
+    def finish(self) -> tuple[list[Path], dict]:
+        """Flush and close; (the files written, relative to the output; the manifest's "text" entry but its files)."""
+        if self.pending:
+            self._encode(self.pending)
+            self.pending = []
+        self.abort()
+        if self.root is None:
+            return [], {}
+        np.asarray(self.offsets, "<i8").tofile(self.root / OFFSETS)
+        (self.root / CAPTIONS).write_text(json.dumps(list(self.ids), ensure_ascii=False))
+        files = [Path(DIRNAME) / name for name in (CAPTIONS, TOKENS, OFFSETS, POOLED)]
+        return files, self.describe()
+
+    def describe(self) -> dict:
+        enc = self.encoder
+        return {
+            "encoder": {
+                "name": Path(enc.name).name,
+                "kind": enc.kind,
+                "config_sha256": _config_sha256(Path(enc.name)),
+                "dim": int(enc.dim),
+                "pooled_dim": int(enc.pooled_dim),
+            },
+            "dtype": self.dtype,
+            "max_tokens": int(enc.max_tokens),
+            "captions": len(self.ids),
+            "tokens": int(self.offsets[-1]),
+            "processes": self.world,  # the ranks that shared the encoding (torchrun)
+        }
+
+    def abort(self) -> None:
+        for f in (self._tokens, self._pooled):
+            if f is not None:
+                f.close()
+
+    close = abort  # what the conversion's clean-up calls on helpers that are not format writers
+
+
+def _dist() -> tuple[int, int]:
+    import torch
+
+    d = torch.distributed
+    return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
+
+
+def _config_sha256(folder: Path) -> str:
+    with open_regular(folder / "config.json") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class TextTable:
+    """The cached embeddings of a converted dataset (memory-mapped), looked up by caption."""
+
+    def __init__(self, data_dir: Path, manifest: dict) -> None:
+        text = manifest["text"]
+        self.dtype = text["dtype"]
+        dim, pooled_dim, count, total = (
+            int(v) for v in (text["encoder"]["dim"], text["encoder"]["pooled_dim"], text["captions"], text["tokens"])
+        )
+        root = inside(data_dir, DIRNAME, source=data_dir)
+        with open_regular(root / CAPTIONS) as f:
+            self.captions = json.loads(f.read().decode("utf-8"))
+        self.ids = {c: i for i, c in enumerate(self.captions)}
+        self.offsets = np.fromfile(root / OFFSETS, "<i8")
+        self.tokens = _mapped(root / TOKENS, (total, dim))
+        self.pooled = _mapped(root / POOLED, (count, pooled_dim))
+
+    def lookup(self, captions: list[str]):
+        """The captions' embeddings as textenc.TextEmbeddings on the CPU, padded to the longest of them."""
+        import torch
+
+        from .textenc import pad
+
+        try:
+            ids = [self.ids[c] for c in captions]
+        except KeyError as e:
+            raise ValueError(f"caption {str(e)[:60]} has no cached embedding; convert the data again") from None
+        view = _torch_dtype(self.dtype)
+        valid = [torch.from_numpy(np.array(self.tokens[self.offsets[i] : self.offsets[i + 1]])).view(view) for i in ids]
+        return pad(valid, torch.from_numpy(np.array(self.pooled[ids])).view(view))
+
+
+def _mapped(path: Path, shape: tuple[int, int]) -> np.ndarray:
+    if shape[0] * shape[1] == 0:
+        return np.zeros(shape, "<i2")
+    return np.memmap(path, "<i2", "r", shape=shape)
+
+
+def check_table(data_dir: Path, manifest: dict) -> str | None:
+    """What is wrong with `text/` against the manifest (the file first), or None: sizes, offsets and captions."""
+    text, root = manifest["text"], Path(data_dir) / DIRNAME
+    dim, pooled_dim = int(text["encoder"]["dim"]), int(text["encoder"]["pooled_dim"])
+    count, total, longest = int(text["captions"]), int(text["tokens"]), int(text["max_tokens"])
+    sizes = {TOKENS: 2 * total * dim, POOLED: 2 * count * pooled_dim, OFFSETS: 8 * (count + 1)}
+    for name, size in sizes.items():
+        if (root / name).stat().st_size != size:
+            return f"{root / name}: {(root / name).stat().st_size} bytes, the manifest's sizes make {size}"
+    steps = np.diff(np.fromfile(root / OFFSETS, "<i8"), prepend=0)
+    if steps[0] != 0 or (steps[1:] < 1).any() or (steps[1:] > longest).any() or steps.sum() != total:
+        return f"{root / OFFSETS}: offsets do not run from 0 to {total} in steps of 1 to {longest} tokens"
+    try:
+        captions = json.loads((root / CAPTIONS).read_text(encoding="utf-8"))
+    except ValueError as e:
+        return f"{root / CAPTIONS}: unreadable ({e})"
+    if not isinstance(captions, list) or len(captions) != count or len(set(map(str, captions))) != count:
+        return f"{root / CAPTIONS}: not a list of {count} distinct captions"
+    return None

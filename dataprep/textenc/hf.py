@@ -1,0 +1,105 @@
+"""What the three transformers-backed encoders share: loading a save_pretrained folder (model and tokenizer) and
+encoding captions through the tokenizer and the model, padded to the longest caption of the call. Each encoder
+module says which model class it loads and what its pooled vector is."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from ..paths import require_regular
+from .base import TextEmbeddings, TextEncoder, TextEncoderError
+
+
+class TransformersEncoder(TextEncoder):
+    """A transformers text model and its tokenizer, in eval mode on one device."""
+
+    def __init__(self, folder: Path, model: torch.nn.Module, tokenizer, max_tokens: int) -> None:
+        self.name, self.model, self.tokenizer, self.max_tokens = str(folder), model, tokenizer, max_tokens
+        self.device = next(model.parameters()).device
+        self.dim = int(model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.d_model)
+        self.pooled_dim = self.pooled_size(model.config)
+
+    @staticmethod
+    def model_class(config: dict):
+        """The transformers class that loads a folder with this config.json."""
+        raise NotImplementedError
+
+    @staticmethod
+    def pooled_size(config) -> int:
+        raise NotImplementedError
+
+    @staticmethod
+    def token_limit(config) -> int | None:
+        """The most tokens the model's position table takes (None: no limit), and the default max_tokens."""
+        raise NotImplementedError
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(tokens (n, L, D), pooled (n, P)) for token ids and their attention mask."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def encode(self, captions: list[str]) -> TextEmbeddings:
+        batch = self.tokenizer(
+            list(captions), padding="longest", truncation=True, max_length=self.max_tokens, return_tensors="pt"
+        )
+        ids, mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+        tokens, pooled = self.forward(ids, mask)
+        # padded positions zeroed: what the model computed there depends on the batch, so a cache stores valid
+        # tokens only and pads with zeros, and encoding online must give that same batch
+        mask = mask.bool()
+        return TextEmbeddings(tokens * mask[..., None].to(tokens.dtype), mask, pooled)
+
+    @classmethod
+    def load(cls, folder: Path, config: dict, device, dtype: torch.dtype, max_tokens: int | None) -> TextEncoder:
+        limit = cls.token_limit(config)
+        if max_tokens is not None and limit is not None and max_tokens > limit:
+            raise TextEncoderError(
+                f"{folder}: the model takes at most {limit} tokens, not {max_tokens}; pass --text-max-tokens {limit} "
+                "or less"
+            )
+        for entry in folder.iterdir():  # a FIFO in place of the weights would block the loader's open for ever
+            if not entry.is_dir():
+                require_regular(entry, "file of the text encoder")
+        try:
+            from transformers import AutoTokenizer
+            from transformers.utils import logging
+
+            logging.set_verbosity_error()  # its notes on unused weights of a full checkpoint are not errors here
+            logging.disable_progress_bar()  # a bar per load: noise in a tool's output
+            model = cls.model_class(config).from_pretrained(folder, dtype=dtype)
+            tokenizer = AutoTokenizer.from_pretrained(folder)
+        except ImportError:
+            raise TextEncoderError("text encoders need transformers: pip install 'gpufeed[text]'") from None
+        except Exception as e:  # missing or damaged weights or tokenizer files: OSError, ValueError, safetensors'
+            message = str(e).splitlines()[0] if str(e) else ""
+            raise TextEncoderError(
+                f"{folder}: cannot load the {cls.kind} text encoder ({type(e).__name__}: {message}); save it again "
+                "with save_pretrained (model and tokenizer), or make one with `dataprep make-text-encoder`"
+            ) from None
+        model = model.to(device).eval().requires_grad_(False)
+        return cls(folder, model, tokenizer, max_tokens or limit or cls.default_tokens)
+
+    default_tokens = 77
+
+
+def save_folder(path: Path, model: torch.nn.Module, tokenizer) -> Path:
+    """save_pretrained the model and tokenizer into `path`, written under a temporary name and renamed when whole."""
+    path = Path(path)
+    if path.exists():
+        raise TextEncoderError(f"{path}: already exists; remove it or choose another path")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        from transformers.utils import logging
+
+        logging.disable_progress_bar()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path
