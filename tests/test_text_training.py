@@ -4,7 +4,6 @@ guided samples from prompts are drawn."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from training_helpers import tiny_cfg
 
@@ -17,16 +16,16 @@ COLOURS = {"red": (1.0, -1.0, -1.0), "green": (-1.0, 1.0, -1.0), "blue": (-1.0, 
 
 
 class CaptionLoader:
-    """32 flat 32x32 images of the colour their caption names, in a seeded order per epoch; the batch carries the
-    raw captions, or their embeddings (the valid tokens of each, padded per batch) as a cache would deliver them."""
+    """32 flat images (32x32 unless `size`) of the colour their caption names, in a seeded order per epoch; the batch
+    carries the raw captions, or their embeddings (each caption's valid tokens, padded per batch) as a cache would."""
 
     order_from_epoch = True
 
-    def __init__(self, encoder=None, n: int = 32, batch_size: int = 8, channels: int = 3) -> None:
+    def __init__(self, encoder=None, n: int = 32, batch_size: int = 8, channels: int = 3, size: int = 32) -> None:
         names = list(COLOURS)
         self.captions = [f"a {names[i % 4]} square" for i in range(n)]
         values = torch.tensor([(*COLOURS[names[i % 4]], 0.0)[:channels] for i in range(n)])
-        self.x = values[:, :, None, None].expand(n, channels, 32, 32)
+        self.x = values[:, :, None, None].expand(n, channels, size, size)
         self.cached = None
         if encoder is not None:  # each caption alone: its valid tokens, as stored once at conversion
             rows = [encoder.encode([c]) for c in self.captions]
@@ -58,24 +57,38 @@ def _cfg(tmp_path, name: str, encoder, **overrides):
     return tiny_cfg(tmp_path, tmp_path / name, **(base | overrides))
 
 
-def test_text_run_learns_from_cached_embeddings(text_encoders, tmp_path):
-    """tiny_text on cached caption embeddings: the loss of the last steps is well below that of the first."""
-    encoder = load_text_encoder(text_encoders["clip"])
-    summary = main(_cfg(tmp_path, "run", text_encoders["clip"], steps=16, ckpt_every=0), CaptionLoader(encoder))
+def test_text_run_learns_and_samples_prompts(text_encoders, tmp_path):
+    """tiny_text on cached caption embeddings: the loss of the last steps is well below that of the first, and the
+    last step writes a grid guided by the --sample-prompts, an image per prompt."""
+    from PIL import Image
+
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("a red square\n\na blue square\n")
+    cfg = _cfg(
+        tmp_path,
+        "run",
+        text_encoders["clip"],
+        steps=16,
+        ckpt_every=0,
+        sample_every=16,
+        sample_steps=2,
+        sample_prompts=prompts,
+        sample_count=2,
+    )
+    summary = main(cfg, CaptionLoader(load_text_encoder(text_encoders["clip"]), size=16))
     first, last = sum(summary.losses[:5]) / 5, sum(summary.losses[-5:]) / 5
     assert last < 0.7 * first, summary.losses
+    grid = Image.open(tmp_path / "run" / "samples" / "step0000016.png")
+    assert (grid.width, grid.height) == (2 * 16 + 3 * 2, 16 + 2 * 2)  # two images side by side, 2 px apart
 
 
-@pytest.mark.parametrize("model", ["tiny_text", "dit_tiny_text"])
-def test_online_text_run_resumes_exactly(text_encoders, tmp_path, model):
-    """Captions encoded in the step (--text-encoder), dropout on: 4 steps, then a resume to 6, give the losses and
-    weights of 6 steps straight."""
-    channels = 4 if model.startswith("dit") else 3  # the DiT preset takes latents
-    straight = main(_cfg(tmp_path, "straight", text_encoders["t5"], model=model), CaptionLoader(channels=channels))
-    main(_cfg(tmp_path, "resumed", text_encoders["t5"], model=model, steps=4), CaptionLoader(channels=channels))
-    resumed = main(
-        _cfg(tmp_path, "resumed", text_encoders["t5"], model=model, resume=True), CaptionLoader(channels=channels)
-    )
+def test_online_text_run_resumes_exactly(text_encoders, tmp_path):
+    """dit_tiny_text with captions encoded in the step (--text-encoder), dropout on: 4 steps, then a resume to 6,
+    give the losses and weights of 6 steps straight."""
+    model, shape = "dit_tiny_text", dict(channels=4, size=32)  # the DiT preset takes 4x32x32 latents
+    straight = main(_cfg(tmp_path, "straight", text_encoders["t5"], model=model), CaptionLoader(**shape))
+    main(_cfg(tmp_path, "resumed", text_encoders["t5"], model=model, steps=4), CaptionLoader(**shape))
+    resumed = main(_cfg(tmp_path, "resumed", text_encoders["t5"], model=model, resume=True), CaptionLoader(**shape))
     assert resumed.losses == straight.losses[4:]
     assert resumed.param_checksum == straight.param_checksum
 
@@ -109,26 +122,3 @@ def test_guidance_mixes_the_two_branches(text_encoders):
         assert not torch.allclose(cond, uncond)
         for scale, want in [(0.0, uncond), (1.0, cond), (3.0, uncond + 3 * (cond - uncond))]:
             torch.testing.assert_close(Guided(net, text, empty, scale)(x, t), want, rtol=1e-4, atol=1e-5)
-
-
-def test_prompt_samples_are_written(text_encoders, tmp_path):
-    """--sample-prompts: the run's last step writes a grid drawn from the prompts, guided."""
-    prompts = tmp_path / "prompts.txt"
-    prompts.write_text("a red square\n\na blue square\n")
-    cfg = _cfg(
-        tmp_path,
-        "run",
-        text_encoders["clip"],
-        steps=2,
-        sample_every=2,
-        sample_steps=2,
-        sample_prompts=prompts,
-        sample_count=2,
-        timing_warmup=0,
-        ckpt_every=0,
-    )
-    main(cfg, CaptionLoader())
-    from PIL import Image
-
-    grid = Image.open(tmp_path / "run" / "samples" / "step0000002.png")
-    assert grid.width > 32 and grid.height > 32  # several images
