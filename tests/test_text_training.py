@@ -4,12 +4,14 @@ guided samples from prompts are drawn."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from training_helpers import tiny_cfg
 
 from dataprep.textenc import load_text_encoder, pad
 from loaders.base import Batch
 from training.captions import Guided, drop_captions, repeat
+from training.data import DataError
 from training.loop import main
 
 COLOURS = {"red": (1.0, -1.0, -1.0), "green": (-1.0, 1.0, -1.0), "blue": (-1.0, -1.0, 1.0), "white": (1.0, 1.0, 1.0)}
@@ -53,7 +55,8 @@ class CaptionLoader:
 
 
 def _cfg(tmp_path, name: str, encoder, **overrides):
-    base = dict(model="tiny_text", loader="torch", steps=6, batch_size=8, text_encoder=str(encoder), lr=3e-3)
+    text_encoder = str(encoder) if encoder else None
+    base = dict(model="tiny_text", loader="torch", steps=6, batch_size=8, text_encoder=text_encoder, lr=3e-3)
     return tiny_cfg(tmp_path, tmp_path / name, **(base | overrides))
 
 
@@ -122,3 +125,11 @@ def test_guidance_mixes_the_two_branches(text_encoders):
         assert not torch.allclose(cond, uncond)
         for scale, want in [(0.0, uncond), (1.0, cond), (3.0, uncond + 3 * (cond - uncond))]:
             torch.testing.assert_close(Guided(net, text, empty, scale)(x, t), want, rtol=1e-4, atol=1e-5)
+
+
+def test_no_empty_caption_is_refused_before_the_first_step(tmp_path):
+    """Caption dropout with neither --text-encoder nor an empty caption from the data: one error naming the fix,
+    before any step runs."""
+    with pytest.raises(DataError, match="empty caption's embedding.*pass --text-encoder PATH"):
+        main(_cfg(tmp_path, "run", None), CaptionLoader())
+    assert not (tmp_path / "run" / "ckpt.pt").exists()

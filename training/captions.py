@@ -14,6 +14,10 @@ from dataprep.textenc import TextEmbeddings, TextEncoderError, load_text_encoder
 
 from .data import DataError
 
+# captions are padded per batch; rounded up to a multiple of this, a compiled model (torch.compile, CUDA graphs) sees
+# a few caption lengths (8 up to CLIP's 77), not one per batch, and the attention's cost grows by less than one block
+PAD_TO = 16
+
 
 def _longer(text: TextEmbeddings, length: int) -> TextEmbeddings:
     """`text` padded with masked zeros to `length` tokens."""
@@ -78,14 +82,23 @@ class Guided(nn.Module):
 
 
 class Captions:
-    """What a text-conditioned run does with `Batch.text`: encode raw captions (`encoder`, the online baseline),
+    """What a text-conditioned run does with `Batch.text`: encode raw captions (`encoder_path`, the online baseline),
     move them to the device, drop a share to the empty caption. The empty caption's embedding is encoded once: by
-    `encoder`, or given by the data (`empty`)."""
+    the encoder, or given by the data (`empty`, as cached at conversion)."""
 
-    def __init__(self, encoder_path: str | None, device: str, dropout: float, max_tokens: int | None = None) -> None:
+    def __init__(
+        self,
+        encoder_path: str | None,
+        device: str,
+        dropout: float,
+        max_tokens: int | None = None,
+        empty: TextEmbeddings | None = None,
+    ) -> None:
         self.device, self.dropout, self.encoder_path, self.max_tokens = device, dropout, encoder_path, max_tokens
         self.encoder = self._load(encoder_path) if encoder_path else None
-        self.empty = self.encoder.encode([""]) if self.encoder else None
+        self.empty = self.encoder.encode([""]) if self.encoder else empty
+        if self.empty is not None:
+            self.empty = self.empty.to(device)
 
     def _load(self, path: str):
         try:
@@ -96,6 +109,23 @@ class Captions:
     @property
     def dim(self) -> int | None:
         return self.encoder.dim if self.encoder else None
+
+    def missing(self, cfg) -> str | None:
+        """What this run needs of the empty caption and cannot have, known before the first step; None when fine."""
+        if self.empty is not None:
+            return None
+        needs = [
+            what
+            for what, on in [("--caption-dropout", cfg.caption_dropout > 0), ("sample grids", cfg.sample_every)]
+            if on
+        ]
+        if not needs:
+            return None
+        return (
+            f"{' and '.join(needs)} need the empty caption's embedding, which this data does not hold: pass "
+            "--text-encoder PATH (the encoder of the cached captions; it encodes it once), or --caption-dropout 0 "
+            "--sample-every 0"
+        )
 
     def embed(self, text) -> TextEmbeddings:
         """Batch.text as embeddings on the device: raw captions (a list of str) encoded, cached ones moved."""
@@ -111,8 +141,10 @@ class Captions:
         return text.to(self.device)
 
     def __call__(self, text) -> TextEmbeddings:
-        """The step's caption embeddings: embedded, then `dropout` of them the empty caption."""
+        """The step's caption embeddings: embedded, padded to a multiple of PAD_TO tokens, then `dropout` of them the
+        empty caption."""
         text = self.embed(text)
+        text = _longer(text, -(-text.tokens.shape[1] // PAD_TO) * PAD_TO)
         if self.dropout > 0 and self.empty is None:
             raise DataError(
                 "caption dropout needs the empty caption's embedding, which this data does not hold: pass "

@@ -163,17 +163,20 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
 
 def _captions(cfg: TrainConfig, model: str, device: str):
     """Text models (and --text-encoder runs): what prepares each batch's captions; None for the others."""
+    from .data import DataError
     from .model import TEXT_PRESETS
 
     if model not in TEXT_PRESETS and not cfg.text_encoder:
         return None
     if model not in TEXT_PRESETS:
-        from .data import DataError
-
         raise DataError(f"--text-encoder: {model} takes no captions; pick a text model ({', '.join(TEXT_PRESETS)})")
     from .captions import Captions
 
-    return Captions(cfg.text_encoder, device, cfg.caption_dropout)
+    captions = Captions(cfg.text_encoder, device, cfg.caption_dropout)
+    problem = captions.missing(cfg)
+    if problem:
+        raise DataError(problem)
+    return captions
 
 
 def mark(set_up: dict[str, float], what: str) -> None:

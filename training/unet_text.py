@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import Attention, GroupNorm, UNet, UNetConfig, ddpm_cifar10, timestep_embedding, tiny
+from .model import GroupNorm, UNet, UNetConfig, ddpm_cifar10, timestep_embedding, tiny
 
 
 @dataclass(kw_only=True)
@@ -92,6 +92,3 @@ class TextUNet(UNet):
                 else block(h)
             )
         return self.out(h)
-
-
-__all__ = ["Attention", "TextUNet", "TextUNetConfig", "UNET_TEXT_PRESETS"]
