@@ -22,8 +22,14 @@ def test_cifar10_preset_has_the_papers_parameter_count():
 
 
 def test_presets_registry_and_overrides():
-    """MODEL_PRESETS holds the UNet and DiT presets; keyword overrides reach the config; tiny stays small."""
-    assert set(MODEL_PRESETS) == {"ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny"}
+    """MODEL_PRESETS holds the UNet and DiT presets and their text-conditioned forms; keyword overrides reach the
+    config; tiny stays small."""
+    assert set(MODEL_PRESETS) == {"ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny"} | {
+        "dit_b2_text",
+        "dit_tiny_text",
+        "ddpm_cifar10_text",
+        "tiny_text",
+    }
     cfg = tiny(in_channels=1, image_size=64)
     assert (cfg.in_channels, cfg.image_size, cfg.ch) == (1, 64, tiny().ch)
     assert 100_000 < n_params(tiny()) < 1_000_000

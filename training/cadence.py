@@ -30,7 +30,12 @@ def sample(run: Run, step: int, shape: tuple[int, ...]) -> None:
     with run.timer.paused():
         settle_ema(run)
         labels = torch.arange(cfg.sample_count, device=run.device) % classes if run.conditional else None
-        run.log.samples(run.stateful["ema"], run.diffusion, shape, run.spec.kind, step, labels, run.preview)
+        model = run.stateful["ema"]
+        if run.captions is not None:  # a text model: guided by the prompts, else the empty caption's samples
+            from .captions import prompted
+
+            model, shape = prompted(model, run.captions, cfg, shape)
+        run.log.samples(model, run.diffusion, shape, run.spec.kind, step, labels, run.preview)
 
 
 def settle_ema(run: Run) -> None:

@@ -71,6 +71,25 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     help="Pixel or clip data: encode every batch in the step with this diffusers AutoencoderKL (directory or hub "
     "id), the baseline that `dataprep convert --vae` replaces.",
 )
+@click.option(
+    "--text-encoder",
+    type=click.Path(exists=True, file_okay=False),
+    help="Text models: a text encoder folder (`dataprep make-text-encoder`, save_pretrained) that encodes raw "
+    "captions in the step (the baseline cached embeddings replace), the empty caption and the --sample-prompts.",
+)
+@click.option(
+    "--caption-dropout",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=_d("caption_dropout"),
+    show_default=True,
+    help="Text models: share of captions trained as the empty caption (classifier-free guidance).",
+)
+@click.option(
+    "--sample-prompts",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Text models: sample grids from these prompts (one a line), guided by --guidance-scale.",
+)
+@click.option("--guidance-scale", type=float, default=_d("guidance_scale"), show_default=True)
 @click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))

@@ -12,7 +12,18 @@ from loaders.workers import too_many_workers
 
 # "fastest": `bench fastest` picks (training.data); "stream": LitData shards, local or s3://
 LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
-MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
+# training.model.MODEL_PRESETS' keys; the *_text ones are conditioned on captions
+MODEL_NAMES = (
+    "ddpm_cifar10",
+    "ddpm_audio_mel",
+    "tiny",
+    "dit_b2",
+    "dit_tiny",
+    "dit_b2_text",
+    "dit_tiny_text",
+    "ddpm_cifar10_text",
+    "tiny_text",
+)
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's (a test matches them)
@@ -39,6 +50,12 @@ class TrainConfig:
     # pixel or clip data only: encode every batch with this AutoencoderKL inside the step, the baseline that
     # `dataprep convert --vae` replaces (a directory written by save_pretrained, or a hub id)
     vae: str | None = None
+    # text models: a text encoder folder (dataprep make-text-encoder, save_pretrained) that encodes raw captions in the
+    # step (the online baseline that cached embeddings replace), the empty caption once, and the sample prompts
+    text_encoder: str | None = None
+    caption_dropout: float = 0.1  # captions replaced by the empty one, for classifier-free guidance (10%, as SD)
+    sample_prompts: Path | None = None  # text models: grids from these prompts (a file, one a line), guided
+    guidance_scale: float = 4.5  # classifier-free guidance of the prompt grids (PixArt-alpha's default)
     batch_size: int = 128  # per rank; Ho et al. (2020) trained CIFAR-10 at 128
     steps: int = 10_000  # total optimizer steps, counted across resumes (the paper ran 800k)
     lr: float = 2e-4  # the paper's CIFAR-10 learning rate
@@ -106,6 +123,12 @@ class TrainConfig:
                 "encoder: use --precision bf16, and latents cached by `dataprep convert --vae`",
             ),
             (self.resume or not self.resume_other_data, "--resume-other-data goes with --resume"),
+            (0 <= self.caption_dropout < 1, f"caption_dropout must be in [0, 1), not {self.caption_dropout}"),
+            (
+                self.grad_sync != "step-graph" or not (self.text_encoder or (self.model or "").endswith("_text")),
+                "--grad-sync step-graph captures the step as one CUDA graph, whose shapes are fixed: captions padded "
+                "per batch are not; use another --grad-sync for text models",
+            ),
             (
                 not (self.vae and self.loader == "fastest"),
                 "--loader fastest does not measure --vae runs; pass a "

@@ -36,13 +36,14 @@ class GaussianDiffusion(nn.Module):
         x0: torch.Tensor,
         generator: torch.Generator | None = None,
         y: torch.Tensor | None = None,
+        text=None,
     ) -> torch.Tensor:
         """The simplified objective: || eps - eps_theta(x_t, t[, y]) ||^2 with t uniform; y for class-conditional
-        models."""
+        models, `text` (dataprep.textenc.TextEmbeddings) for text-conditioned ones."""
         t = torch.randint(0, self.T, (x0.shape[0],), device=x0.device, generator=generator)
         noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
         x_t = self.q_sample(x0, t, noise).to(x0.dtype)
-        pred = model(x_t, t) if y is None else model(x_t, t, y)
+        pred = model(x_t, t, y, text=text) if text is not None else model(x_t, t) if y is None else model(x_t, t, y)
         return F.mse_loss(pred.float(), noise.float())
 
     @torch.no_grad()

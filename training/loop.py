@@ -121,10 +121,10 @@ def _one_step(run: Run, progress: Progress) -> None:
     run.timer.step_begin()
     if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
         with run.log.compiling(progress.step + 1), compiled.first_step():
-            _train_step(run, batch.x, batch.y, progress.step, progress.pending)
+            _train_step(run, batch.x, batch.y, progress.step, progress.pending, batch.text)
         run.log.write(f"step {progress.step + 1}: {compiled.finish(run.info.main)}")
     else:
-        _train_step(run, batch.x, batch.y, progress.step, progress.pending)
+        _train_step(run, batch.x, batch.y, progress.step, progress.pending, batch.text)
     run.timer.step_end()
     progress.step += 1
     _after_step(run, progress)
@@ -139,14 +139,15 @@ def _first_batch(run: Run, progress: Progress, batch) -> None:
     if encoder is None:
         check_fits(run.mcfg, tuple(batch.x.shape), run.cfg.data, run.spec.model, run.spec.kind)
     x0 = batch.x if encoder is None else encoder(batch.x)
-    progress.flops = _count_flops(run.mcfg, x0, batch.y if run.conditional else None)
+    text = run.captions.embed(batch.text) if run.captions is not None else None
+    progress.flops = _count_flops(run.mcfg, x0, batch.y if run.conditional else None, text)
     progress.sample_shape = (run.cfg.sample_count, *x0.shape[1:])
     mark(run.set_up, "FLOPs counted")
 
 
-def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: list) -> None:
+def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: list, text=None) -> None:
     """One optimizer step, enqueued without a host sync (one CUDA graph under --grad-sync step-graph); its loss joins
-    `pending`, to be read a step later. The schedule then sets the next step's learning rate."""
+    `pending`, to be read a step later. The schedule then sets the next step's learning rate. `text`: Batch.text."""
     cfg = run.cfg
     y = y if run.conditional else None
     if run.graph is not None:
@@ -154,12 +155,14 @@ def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: 
     else:
         if cfg.compile and cfg.compile_mode == "reduce-overhead":
             torch.compiler.cudagraph_mark_step_begin()
-        _step_body(run, x, y, pending)
+        _step_body(run, x, y, pending, text)
         ema_update(run.ema_params, run.params, ema_weight(step, cfg.ema))
     run.stateful["schedule"].step()
 
 
-def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list | None = None) -> torch.Tensor:
+def _step_body(
+    run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list | None = None, text=None
+) -> torch.Tensor:
     """Forward, backward, gradient sync, clip and optimizer (and the step graph's late EMA); the loss is staged into
     `pending` before the backward, so that reading it waits for the forward alone (a captured step stages it after
     its replay)."""
@@ -168,7 +171,8 @@ def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list 
         graph.ema_beside()
     with run.autocast:
         x = run.encoder(x) if run.encoder is not None else x  # inside the step: its GPU time is the step's
-        loss = run.diffusion.loss(run.net, x, y=y).float()
+        text = run.captions(text) if run.captions is not None else None  # --text-encoder: encoded here, likewise
+        loss = run.diffusion.loss(run.net, x, y=y, text=text).float()
     if pending is not None:
         pending.append(_stage(loss.detach()))
     scaler.scale(loss).backward()
@@ -200,7 +204,7 @@ def _stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
     return host, done
 
 
-def _count_flops(mcfg, x: torch.Tensor, y: torch.Tensor | None) -> float:
+def _count_flops(mcfg, x: torch.Tensor, y: torch.Tensor | None, text=None) -> float:
     """On the meta device, from shapes alone: a real pass would run eagerly in fp32 before the first step, autotuning
     cuDNN for convolutions the bf16 step never runs, and touch the RNG and the gradients. Attention counts as its
     matmuls (a fused kernel's backward recompute is not the model's work)."""
@@ -209,7 +213,7 @@ def _count_flops(mcfg, x: torch.Tensor, y: torch.Tensor | None) -> float:
 
     with torch.device("meta"):
         shadow = mcfg.build()
-    meta = [None if t is None else t.to("meta") for t in (x, y)]
+    meta = [None if t is None else t.to("meta") for t in (x, y, text)]
     return count_train_flops(shadow, GaussianDiffusion().to("meta"), *meta)
 
 

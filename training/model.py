@@ -3,6 +3,7 @@ embedding, GroupNorm(32), self-attention at chosen resolutions, skip connections
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, replace
 
@@ -59,13 +60,36 @@ def tiny(**overrides) -> UNetConfig:
 
 
 UNET_PRESETS = {"ddpm_cifar10": ddpm_cifar10, "ddpm_audio_mel": ddpm_audio_mel, "tiny": tiny}
-MODEL_PRESETS = UNET_PRESETS | DIT_PRESETS
 
 
-def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0):
-    """Preset `name` fitted to the data: input channels and size from `shape` (C, H, W), and for DiT
-    class-conditional where the data has two classes or more. None: the preset as it is (a loader given to the loop
-    with no prepared directory)."""
+def _lazy(target: str):
+    """A preset in another module, imported when called: the text models build on this module's UNet."""
+
+    def preset(**overrides):
+        module, name = target.split(":")
+        return getattr(importlib.import_module(module), name)(**overrides)
+
+    return preset
+
+
+# text-conditioned: cross-attention to the caption's tokens (training.dit_text, training.unet_text)
+TEXT_PRESETS = {
+    name: _lazy(f"training.{module}:{name}")
+    for module, names in {
+        "dit_text": ("dit_b2_text", "dit_tiny_text"),
+        "unet_text": ("ddpm_cifar10_text", "tiny_text"),
+    }.items()
+    for name in names
+}
+MODEL_PRESETS = UNET_PRESETS | DIT_PRESETS | TEXT_PRESETS
+
+
+def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0, text_dim: int | None = None):
+    """Preset `name` fitted to the data: input channels and size from `shape` (C, H, W), for DiT class-conditional
+    where the data has two classes or more, and a text model to its captions' width `text_dim`. None: the preset as
+    it is (a loader given to the loop with no prepared directory)."""
+    if name in TEXT_PRESETS:
+        return _text_config(name, shape, text_dim)
     if shape is None:
         return MODEL_PRESETS[name]()
     c, h, w = shape
@@ -75,6 +99,14 @@ def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int
         return UNET_PRESETS[name](in_channels=c, image_size=h)
     except ValueError:  # a size the UNet cannot halve: training.data.check_fits says so, with the fix
         return UNET_PRESETS[name](in_channels=c)
+
+
+def _text_config(name: str, shape: tuple[int, int, int] | None, text_dim: int | None):
+    fit = {} if text_dim is None else {"text_dim": text_dim}
+    if shape is not None:
+        c, h, w = shape
+        fit |= {"in_channels": c} | ({"input_size": (h, w)} if name.startswith("dit") else {"image_size": h})
+    return TEXT_PRESETS[name](**fit)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:

@@ -72,6 +72,7 @@ class Run:
     start_step: int  # the checkpoint's step, 0 for a fresh run
     t_start: float  # the call's start, for wall_s
     t_stream: float  # when the data stream started: the first batch's latency counts from here
+    captions: object | None = None  # text models: training.captions.Captions, which prepares Batch.text for the step
 
     def __post_init__(self) -> None:
         # listed once: the step's foreach calls take lists
@@ -103,7 +104,9 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
 
     # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
     torch.manual_seed(cfg.seed)
-    mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes)
+    captions = _captions(cfg, spec.model, device)
+    text_dim = captions.dim if captions else None
+    mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes, text_dim)
     stateful = _build(cfg, mcfg, device)
     diffusion = GaussianDiffusion().to(device)
     train_config = cfg.to_dict() | {"model": spec.model, "world_size": info.world_size}
@@ -154,7 +157,26 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         start_step,
         t_start,
         t_stream,
+        captions,
     )
+
+
+def _captions(cfg: TrainConfig, model: str, device: str):
+    """Text models (and --text-encoder runs): what prepares each batch's captions; None for the others."""
+    from .data import DataError
+    from .model import TEXT_PRESETS
+
+    if model not in TEXT_PRESETS and not cfg.text_encoder:
+        return None
+    if model not in TEXT_PRESETS:
+        raise DataError(f"--text-encoder: {model} takes no captions; pick a text model ({', '.join(TEXT_PRESETS)})")
+    from .captions import Captions
+
+    captions = Captions(cfg.text_encoder, device, cfg.caption_dropout)
+    problem = captions.missing(cfg)
+    if problem:
+        raise DataError(problem)
+    return captions
 
 
 def mark(set_up: dict[str, float], what: str) -> None:

@@ -27,14 +27,16 @@ def peak_tflops(device: str, precision: str) -> tuple[float, str]:
     return 0.0, ""
 
 
-def count_train_flops(model: torch.nn.Module, diffusion, x: torch.Tensor, y: torch.Tensor | None = None) -> int:
+def count_train_flops(
+    model: torch.nn.Module, diffusion, x: torch.Tensor, y: torch.Tensor | None = None, text=None
+) -> int:
     """FLOPs of one training step's forward and backward on batch `x` (the optimizer's are negligible; under
     `--vae` the encoder's are not counted: MFU is the model's). Works on the meta device too: count there to pay
     nothing."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter:
-        diffusion.loss(model, x, y=y).backward()
+        diffusion.loss(model, x, y=y, text=text).backward()
     return int(counter.get_total_flops())
 
 

@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
-MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")  # none: the loader alone
+# none: the loader alone; the *_text models need data with captions
+MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")
+MODEL_CHOICES += ("dit_b2_text", "dit_tiny_text", "ddpm_cifar10_text", "tiny_text")
 # The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
 # ddpm_cifar10 takes seconds per step there and a grid would take hours (training.data.KIND_MODELS, mirrored here
 # to keep this module free of torch imports)

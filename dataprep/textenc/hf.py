@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ..paths import require_regular
+from ..paths import NotRegularError, require_regular
 from .base import TextEmbeddings, TextEncoder, TextEncoderError
 
 
@@ -62,13 +62,15 @@ class TransformersEncoder(TextEncoder):
                 "or less"
             )
         for entry in folder.iterdir():  # a FIFO in place of the weights would block the loader's open for ever
-            if not entry.is_dir():
-                require_regular(entry, "file of the text encoder")
+            try:
+                if not entry.is_dir():
+                    require_regular(entry, "file of the text encoder")
+            except (NotRegularError, OSError) as e:
+                raise TextEncoderError(str(e)) from None
         try:
             from transformers import AutoTokenizer
             from transformers.utils import logging
 
-            logging.set_verbosity_error()  # its notes on unused weights of a full checkpoint are not errors here
             logging.disable_progress_bar()  # a bar per load: noise in a tool's output
             model = cls.model_class(config).from_pretrained(folder, dtype=dtype)
             tokenizer = AutoTokenizer.from_pretrained(folder)
