@@ -27,10 +27,11 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
         out.append(
             f"measured: {len(sc['configurations'])} loader configurations in the training loop of {sc['title']}{rate}"
         )
-        if (sc.get("busy") or 0.0) > BUSY:
+        if (sc.get("busy") or 0.0) > BUSY and not sc.get("cannot_tell"):  # the choice's reason says it then
             out.append(busy_line(sc["busy"]).strip())
     loader, s = run.get("loader", {}), run.get("starvation") or {}
-    workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
+    n = loader.get("workers")
+    workers = f", {n} worker{'s' * (n != 1)}" if n is not None else ""
     device = run.get("config", {}).get("device", "")
     out.append(f"chosen: {backend_label(run['backend'], device)}{workers}, because {loader.get('reason', '?')}")
     starved = f", starvation {s['starvation']:.1%}" if "starvation" in s else ""
