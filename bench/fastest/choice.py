@@ -217,12 +217,17 @@ def choose(
     every rank of a process group (`bench fastest` under training's torchrun), the ranks measure together when there
     are none (together.py), and every rank returns rank 0's choice."""
     from dataprep.manifest import load_manifest
+    from dataprep.remote import is_remote, load_remote_manifest
     from loaders import LoaderError
     from loaders.errors import too_small
 
     from .probe_run import run_probe
     from .together import same
 
+    if is_remote(data_dir):  # nothing to compare: no other loader reads object storage
+        load_remote_manifest(data_dir)  # a missing or damaged dataset is named now, not by the loader later
+        _, workers, pin = default_config(["stream"], device)
+        return same(Choice("stream", workers, pin, batch_size, "the only loader that reads s3:// data"))
     manifest = load_manifest(data_dir)
     problem = too_small(manifest["count"], batch_size, nproc)
     if problem:  # the probe's first batch would never come
