@@ -23,6 +23,7 @@ from .config import (
     TrainConfig,
     default_compile_cache,
 )
+from .cpu_defaults import CPU_MODELS, CpuDefaults
 from .summary import MIN_TIMED_STEPS
 
 DEFAULT = click.core.ParameterSource.DEFAULT
@@ -32,6 +33,11 @@ _defaults = TrainConfig.__dataclass_fields__
 
 def _d(name: str):
     return _defaults[name].default
+
+
+def _cpu(name: str, cpu_value) -> str:
+    """`--help`'s default for an option that takes another value on a CPU (training.cpu_defaults): both."""
+    return f"{_d(name)}; {cpu_value} on a CPU"
 
 
 def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -64,14 +70,21 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--model",
     type=click.Choice(MODEL_NAMES),
     default=None,
-    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio, dit_b2 for latents or --vae].",
+    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio, dit_b2 for latents or --vae; "
+    f"on a CPU {CPU_MODELS['image']}, and {CPU_MODELS['latent']} for latents].",
 )
 @click.option(
     "--vae",
     help="Pixel or clip data: encode every batch in the step with this diffusers AutoencoderKL (directory or hub "
     "id), the baseline that `dataprep convert --vae` replaces.",
 )
-@click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=_d("batch_size"),
+    show_default=_cpu("batch_size", CpuDefaults.batch_size),
+    help="Per rank.",
+)
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))
 @click.option(
@@ -79,12 +92,18 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "warmup",
     type=click.IntRange(min=0),
     default=_d("warmup"),
+    show_default=_cpu("warmup", f"{CpuDefaults.lr_warmup_share:.0%} of --steps"),
     help="Steps of linear learning-rate warm-up (steps left out of the timing: --timing-warmup).",
 )
 @renamed("--warmup")
 @click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables.")
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default=_d("precision"))
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default=_d("precision"),
+    show_default=_cpu("precision", CpuDefaults.precision),
+)
 @click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet.")
 @click.option(
     "--compile-mode",
@@ -120,6 +139,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--workers",
     type=click.IntRange(min=0),
     default=_d("workers"),
+    show_default=_cpu("workers", "half the cores"),
     help="Loader workers per rank (fastest picks its own).",
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
@@ -147,14 +167,27 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
 )
 @click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
 @click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
-@click.option("--sample-count", type=click.IntRange(min=1), default=_d("sample_count"), help="Images per grid.")
-@click.option("--sample-steps", type=click.IntRange(min=1), default=_d("sample_steps"), help="DDIM steps per grid.")
+@click.option(
+    "--sample-count",
+    type=click.IntRange(min=1),
+    default=_d("sample_count"),
+    show_default=_cpu("sample_count", f"{CpuDefaults.sample_count} ({CpuDefaults.latent_sample_count} for latents)"),
+    help="Images per grid.",
+)
+@click.option(
+    "--sample-steps",
+    type=click.IntRange(min=1),
+    default=_d("sample_steps"),
+    show_default=_cpu("sample_steps", CpuDefaults.sample_steps),
+    help="DDIM steps per grid.",
+)
 @click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints.")
 @click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every"))
 @click.option(
     "--timing-warmup",
     type=click.IntRange(min=0),
     default=_d("timing_warmup"),
+    show_default=_cpu("timing_warmup", CpuDefaults.timing_warmup),
     help="Steps left out of the timing figures.",
 )
 @click.option("--seed", type=int, default=_d("seed"))
