@@ -34,7 +34,7 @@ from .base import Batch, Loader
 from .errors import LoaderError
 from .stream_cache import CacheFolder, parse_size
 from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
-from .workers import leave_stop_signals_to_the_parent, worker_errors
+from .workers import start_worker, worker_errors
 
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
 STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
@@ -139,7 +139,7 @@ class StreamLoader(Loader):
             prefetch_factor=o.prefetch if self.workers else None,
             persistent_workers=False,
             multiprocessing_context=o.mp_context if self.workers else None,
-            worker_init_fn=leave_stop_signals_to_the_parent,
+            worker_init_fn=start_worker,
             timeout=STALL_S if self.workers else 0,
         )
 
