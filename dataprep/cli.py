@@ -204,6 +204,27 @@ def info(data_dir: Path | str) -> None:
         click.echo(f"note:    {line}")
 
 
+@cli.command("make-vae")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--shape", type=click.Choice(["sd", "audioldm", "tiny"]), default="sd", help="Whose shape it takes.")
+def make_vae(path: Path, shape: str) -> None:
+    """Write an AutoencoderKL with random weights to PATH, for `convert --vae PATH` without the network: speed only,
+    no quality (needs .[latent])."""
+    from .latents.random_vae import make_vae as make
+    from .text import printable
+
+    try:
+        params = make(path, shape)
+    except FileExistsError as e:
+        raise click.BadParameter(str(e), param_hint="PATH") from None
+    except ImportError:
+        raise click.ClickException("diffusers is not installed: pip install 'gpufeed[latent]'") from None
+    click.echo(
+        f"wrote a {shape}-shaped AutoencoderKL with random weights ({params['encoder']:,} encoder parameters) "
+        f"to {printable(path)}; use it with dataprep convert --vae {printable(path)}"
+    )
+
+
 def _device(device: str | None, vae: str | None) -> str | None:
     if device is None:
         return None
