@@ -139,7 +139,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--workers",
     type=click.IntRange(min=0),
     default=_d("workers"),
-    show_default=_cpu("workers", "half the cores"),
+    show_default=f"{_d('workers')}, at most the cores; half the cores on a CPU",
     help="Loader workers per rank (fastest picks its own).",
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
@@ -147,7 +147,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--cache-limit",
     default=None,
     callback=_cache_size,
-    help="The stream loader's local shard cache, e.g. 20GB or 500MB (powers of 1000; LitData warns below 25GB); "
+    help="The stream loader's local shard cache, e.g. 25GB (powers of 1000; LitData warns below 25GB); "
     "removed at exit [default: LitData's, 75% of the free disk].",
 )
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
@@ -285,8 +285,11 @@ def _usable_cache(given: Path | None) -> None:
 def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> None:
     """On a CPU, its defaults for the options not given; and a warning when too few steps will be timed."""
     speak = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 speaks for the run
+    cores = len(os.sched_getaffinity(0))
+    if _source("workers") == DEFAULT and options["workers"] > cores:  # more only queue for the cores
+        options["workers"] = cores
     if _on_cpu(device):
-        given |= {k for k in options if click.get_current_context().get_parameter_source(k) != DEFAULT}
+        given |= {k for k in options if _source(k) != DEFAULT}
         note = for_cpu(options, given)
         if note and speak:
             click.echo(note, err=True)
@@ -297,6 +300,10 @@ def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> N
             f"will be a rough figure (run {warmup + MIN_TIMED_STEPS} or more --steps to time it)",
             err=True,
         )
+
+
+def _source(name: str):
+    return click.get_current_context().get_parameter_source(name)
 
 
 def _on_cpu(device: str | None) -> bool:
