@@ -49,7 +49,8 @@ def cli() -> None:
     help="Source folder or archive, or WebDataset tar shards: local or s3://, brace patterns "
     "(shards/{00000..00099}.tar).",
 )
-@click.option("--output", required=True, callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.")
+@click.option("--out", "output", callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.  [required]")
+@click.option("--output", "output_old", callback=_location, hidden=True)  # the old name of --out, still accepted
 @click.option(
     "--format",
     "formats",
@@ -99,11 +100,13 @@ def cli() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace an output (a directory or an s3:// prefix) that dataprep convert wrote."
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-progress", "quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "quiet_old", is_flag=True, hidden=True)  # the old name of --no-progress, still accepted
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(
     input_,
     output,
+    output_old,
     formats,
     source,
     split,
@@ -121,6 +124,7 @@ def convert(
     compile,
     overwrite,
     quiet,
+    quiet_old,
     timings,
 ) -> None:
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
@@ -129,6 +133,12 @@ def convert(
     from .convert import convert as run
 
     check_vae_option(vae)
+    if output and output_old:
+        raise click.BadParameter("--output is the old name of --out: give --out alone", param_hint="--output")
+    output = output or output_old
+    if output is None:
+        raise click.UsageError("Missing option '--out': the directory to create, or s3://BUCKET/PREFIX.")
+    quiet = quiet or quiet_old
 
     cfg = ConvertConfig(
         output=output,

@@ -191,7 +191,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     help="Steps left out of the timing figures.",
 )
 @click.option("--seed", type=int, default=_d("seed"))
-@click.option("--device", default=None, help="cuda or cpu [default: cuda when present].")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")

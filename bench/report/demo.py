@@ -55,7 +55,7 @@ NEXT = [
     "",
     "next, with your own data (a folder of images or of audio clips, or CIFAR-10's python tarball):",
     "  source .venv/bin/activate",
-    "  dataprep convert --input YOUR_FOLDER --output data/mine   # every format, checksummed",
+    "  dataprep convert --input YOUR_FOLDER --out data/mine      # every format, checksummed",
     "  bench loaders --data data/mine                            # does the model starve, and which loader feeds it",
     "  train --data data/mine --loader fastest                   # train with the loader the bench found fastest",
 ]
