@@ -222,7 +222,7 @@ def fastest(
         click.echo(json.dumps(dataclasses.asdict(c)))
     else:
         pin = ", pin_memory on" if c.pin_memory else ""
-        click.echo(printable(f"{c.backend}, {c.workers} workers{pin}: {c.reason}"))
+        click.echo(printable(f"{c.backend}, {c.workers} worker{'s' * (c.workers != 1)}{pin}: {c.reason}"))
 
 
 cli.add_command(soak_cmd, name="soak")
