@@ -91,7 +91,7 @@ def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_
     assert asked.exit_code == 0, asked.output
     choice, best = json.loads(asked.stdout), record["scenarios"][0]["best"]
     if noise:
-        assert best is None and choice["reason"].startswith("cannot tell on this machine now")
+        assert best is None and "cannot tell on this machine now" in choice["reason"]
         return
     assert (choice["backend"], choice["workers"] or None) == (best["backend"], best["workers"] or None)
     assert "from bench results in" in choice["reason"]

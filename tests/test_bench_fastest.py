@@ -239,7 +239,8 @@ def test_no_results_measures_in_process_first(small_data, monkeypatch):
     free = sorted(r["job"]["repeat"] for r in recs if r["job"]["kind"] == "data_free")
     confirmed = [r for r in recs if r["job"]["kind"] == "loader"]
     assert free == [0, 1] and confirmed and all(r["vs_data_free"] > 0 for r in confirmed)
-    assert c.backend in {r["job"]["backend"] for r in confirmed}  # the pick ran in the training loop
+    noise = "cannot tell on this machine now" in c.reason  # a busy machine: the default (bench.fastest.noise)
+    assert noise or c.backend in {r["job"]["backend"] for r in confirmed}  # the pick ran in the training loop
     (summary,) = [json.loads(p.read_text()) for p in out.glob("fastest-probe-*.json")]
     ceilings = {c["config"][0]: c for c in summary["ceilings"]}
     assert ceilings["gpu"]["samples_per_s"] > 0 and summary["times"]["total_s"] > 0
@@ -424,8 +425,9 @@ def test_rates_that_vary_more_than_they_differ_give_no_ranking(data_dir, tmp_pat
     write(res, "torch", 0, 1150, 0.0, 1.0)
     c = choose(data_dir, device="cpu", model="tiny", batch_size=64, results_dir=res)
     assert (c.backend, c.workers, c.pin_memory) == ("hdf5", 1, False)  # the default: hdf5, half of 2 cores
-    assert c.reason.startswith("cannot tell on this machine now") and "took the default" in c.reason
-    assert "samples/s" not in c.reason and "tie" not in c.reason and len(c.reason) < 120
+    said = c.reason.split("): ", 1)[1]  # after where the results are
+    assert said.startswith("cannot tell on this machine now (") and said.endswith("took the default")
+    assert "samples/s" not in said and "tie" not in said and len(said) < 120
 
 
 def test_a_busy_grid_keeps_the_previous_choice(data_dir, tmp_path):
@@ -437,9 +439,9 @@ def test_a_busy_grid_keeps_the_previous_choice(data_dir, tmp_path):
     write(res, "torch", 4, 900, 0.0, 4.0, other_share=0.5)
     c = choose(data_dir, device="cpu", model="tiny", batch_size=64, results_dir=res)
     assert (c.backend, c.workers) == ("torch", 4)
-    assert c.reason == (
-        "cannot tell on this machine now (other programs took 50% of the cores during the runs); "
-        "kept the previous choice (grid 20261121T000000Z)"
+    assert c.reason.endswith(
+        "(grid 20261122T100000Z): cannot tell on this machine now (other programs took 50% of the cores during the "
+        "runs); kept the previous choice (grid 20261121T000000Z)"
     )
 
 

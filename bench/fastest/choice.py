@@ -38,7 +38,7 @@ from dataprep.benchdir import BENCH_DIR
 from dataprep.paths import inside
 from dataprep.text import printable
 
-from .noise import CANNOT_TELL, cannot_tell, default_config
+from .noise import CANNOT_TELL, busy_share, cannot_tell, default_config
 from .probe_plan import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
 # the spread when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
@@ -279,21 +279,21 @@ def _from_results(dirs: list[Path], key: dict, nproc: int, fallback: Choice) -> 
 def _pick(rows: list[dict], fallback: Choice, source: Callable[[str], str]) -> Choice:
     """The winner of the latest grid; where that grid cannot rank its configurations (noise.cannot_tell), the
     winner of the latest earlier grid that could, else `fallback`. `source(grid_id)` starts the reason."""
-    grids = sorted({r["grid_id"] for r in rows if r.get("grid_id")}, reverse=True)
     groups = latest_groups(rows)
-    spread, where = measured_spread(rows, groups[0]["grid_id"])
-    why_not = cannot_tell(groups, spread)
+    latest = groups[0]["grid_id"]
+    spread, where = measured_spread(rows, latest)
+    why_not = cannot_tell(groups, spread, busy_share([r for r in rows if r.get("grid_id") == latest]))
     if why_not is None:
         win, why = pick(groups, spread, where)
-        return _choice(win, fallback.batch_size, source(win["grid_id"]) + why)
-    for grid in [g for g in grids if g < groups[0]["grid_id"]]:
+        return _choice(win, fallback.batch_size, source(latest) + why)
+    said = f"{source(latest)}{CANNOT_TELL} ({why_not}); "
+    for grid in sorted({r["grid_id"] for r in rows if (r.get("grid_id") or "") < latest}, reverse=True):
         older = latest_groups([r for r in rows if r.get("grid_id") == grid])
         spread, where = measured_spread(rows, grid)
-        if older and cannot_tell(older, spread) is None:
+        if older and cannot_tell(older, spread, busy_share([r for r in rows if r.get("grid_id") == grid])) is None:
             win, _ = pick(older, spread, where)
-            kept = f"kept the previous choice (grid {grid})"
-            return _choice(win, fallback.batch_size, f"{CANNOT_TELL} ({why_not}); {kept}")
-    return Choice(**{**dataclasses.asdict(fallback), "reason": f"{CANNOT_TELL} ({why_not}); took the default"})
+            return _choice(win, fallback.batch_size, f"{said}kept the previous choice (grid {grid})")
+    return Choice(**{**dataclasses.asdict(fallback), "reason": f"{said}took the default"})
 
 
 def _choice(win: dict, batch_size: int, reason: str) -> Choice:

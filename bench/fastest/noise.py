@@ -17,19 +17,21 @@ DEFAULT_BACKENDS = ("hdf5", "torch", "stream", "ffcv", "dali")
 CANNOT_TELL = "cannot tell on this machine now"
 
 
-def busy_share(groups: list[dict]) -> float:
-    """The largest share of the runs' cores that other programs took during any run of these configurations."""
-    return max((g.get("other_share_max") or 0.0 for g in groups), default=0.0)
+def busy_share(rows: list[dict]) -> float:
+    """The largest share of the runs' cores that other programs took during any of these runs (flat rows, or
+    configurations grouped over repeats)."""
+    return max((r.get("other_share_max", r.get("other_share")) or 0.0 for r in rows), default=0.0)
 
 
-def cannot_tell(groups: list[dict], spread: float) -> str | None:
+def cannot_tell(groups: list[dict], spread: float, busy: float | None = None) -> str | None:
     """Why these configurations cannot be ranked, in a short phrase, or None when they can. `spread` is the relative
-    range the rates vary by (bench.fastest.choice.measured_spread's). Busy is what the runs' monitor saw other
-    programs take, not the load average, which counts the run's own loader workers too."""
+    range the rates vary by (bench.fastest.choice.measured_spread's); `busy` the share of the cores other programs
+    took during the grid's runs, data-free ones included (default: during these configurations'). Busy is what the
+    runs' monitor saw, not the load average, which counts the run's own loader workers too."""
     from ..records.verdicts import impossible_gap
 
     spread = max(spread, impossible_gap(groups))  # no loader beats the data-free rate: the rates vary that much
-    busy = busy_share(groups)
+    busy = busy_share(groups) if busy is None else busy
     if busy > BUSY:
         return f"other programs took {busy:.0%} of the cores during the runs"
     rates = [g["samples_per_s"] for g in groups]

@@ -36,6 +36,8 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
         first, alone, noise = gs[0], gs[0]["model"] == "none", None
         free = [r["samples_per_s"] for r in rows if r["kind"] == "data_free" and not r["error"] and _paired(r, first)]
         rate = statistics.median(free) if free else None
+        grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
+        busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
         if alone:  # `train --loader fastest` reads runs in the training loop only: here the highest ceiling
             win, top = max(gs, key=lambda g: g["samples_per_s"]), "highest ceiling"
             why = win["verdict"]
@@ -43,7 +45,7 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             # the spread `fastest` judges ties by: this scenario's data-free runs, as bench.fastest.choice reads them
             spread, where = measured_spread([r for r in rows if _paired(r, first)], first["grid_id"])
             (win, why), top = pick(gs, spread, where), "train --loader fastest takes"
-            noise = cannot_tell(gs, spread)
+            noise = cannot_tell(gs, spread, busy)
         worst = min(gs, key=lambda g: g["samples_per_s"])
         lines.append(f"{scenario_title(first)}: {_what(gs, rate, alone)}")
         if not alone and noise:  # no ranking from noise: one short reason, said once
@@ -51,8 +53,6 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             win = why = None
         else:
             lines += [f"  {top}: {_label(win)}: {why}", f"  slowest: {_label(worst)}: {worst['verdict']}"]
-        grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
-        busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
         if busy > BUSY and win is not None:
             lines.append(busy_line(busy))
         plot = results_dir / f"plot-{scenario_slug(first)}.png"
