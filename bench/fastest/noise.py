@@ -36,8 +36,10 @@ def cannot_tell(groups: list[dict], spread: float, busy: float | None = None) ->
         return f"other programs took {busy:.0%} of the cores during the runs"
     rates = [g["samples_per_s"] for g in groups]
     differ = (max(rates) - min(rates)) / max(rates) if rates else 0.0
-    if spread > MAX_SPREAD or (spread > NOISE and spread >= differ):
+    if spread > NOISE and spread >= differ:
         return f"the rates vary by {spread:.0%}, more than they differ ({differ:.0%})"
+    if spread > MAX_SPREAD:
+        return f"the rates vary by {spread:.0%}, too much to set any against the data-free rate"
     return None
 
 
