@@ -41,8 +41,8 @@ endif
 BENCH_DIR := $(DEMO)/images/.gpufeed-bench
 
 demo: setup
-	$(VENV)/bin/dataprep convert --source synthetic-images --limit 1024 --format all --output $(DEMO)/images \
-		--overwrite --quiet
+	$(VENV)/bin/dataprep convert --source synthetic-images --limit 1024 --format all --out $(DEMO)/images \
+		--overwrite --no-progress
 	$(VENV)/bin/dataprep verify $(DEMO)/images
 	$(VENV)/bin/bench loaders --data $(DEMO)/images --device $(DEVICE) --pin-memory on $(BENCH_OPTS) --no-progress
 	$(VENV)/bin/bench report $(BENCH_DIR)

@@ -144,7 +144,12 @@ def watch(command, out, cpus, as_json, **options) -> None:
 
 @cli.command()
 @DATA
-@click.option("--model", type=click.Choice(MODEL_CHOICES[1:]), required=True, help="The preset that will train.")
+@click.option(
+    "--model",
+    type=click.Choice(("auto", *MODEL_CHOICES[1:])),
+    default="auto",
+    help="The preset that will train; auto: the data's, as train takes it (tiny or dit_tiny on a CPU).",
+)
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Per rank [default: 128; 32 on a CPU].")
 @click.option(
     "--nproc",
@@ -179,8 +184,11 @@ def fastest(
     from training.cpu_defaults import CpuDefaults
 
     from .fastest.choice import choose
+    from .grid.job import preset_for
 
     device = pick_device(device)
+    if model == "auto":
+        model = preset_for(data, device)
     cpu = not device.startswith("cuda")  # what `train` takes on a CPU (training.cpu_defaults)
     batch_size = batch_size or (CpuDefaults.batch_size if cpu else 128)
     precision = precision or (CpuDefaults.precision if cpu else "bf16")
@@ -214,7 +222,7 @@ def fastest(
         click.echo(json.dumps(dataclasses.asdict(c)))
     else:
         pin = ", pin_memory on" if c.pin_memory else ""
-        click.echo(printable(f"{c.backend}, {c.workers} workers{pin}: {c.reason}"))
+        click.echo(printable(f"{c.backend}, {c.workers} worker{'s' * (c.workers != 1)}{pin}: {c.reason}"))
 
 
 cli.add_command(soak_cmd, name="soak")

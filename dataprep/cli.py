@@ -49,7 +49,8 @@ def cli() -> None:
     help="Source folder or archive, or WebDataset tar shards: local or s3://, brace patterns "
     "(shards/{00000..00099}.tar).",
 )
-@click.option("--output", required=True, callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.")
+@click.option("--out", "output", callback=_location, help="Directory to create, or s3://BUCKET/PREFIX.  [required]")
+@click.option("--output", "output_old", callback=_location, hidden=True)  # the old name of --out, still accepted
 @click.option(
     "--format",
     "formats",
@@ -120,11 +121,13 @@ def cli() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace an output (a directory or an s3:// prefix) that dataprep convert wrote."
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--no-progress", "quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "quiet_old", is_flag=True, hidden=True)  # the old name of --no-progress, still accepted
 @click.option("--timings", is_flag=True, help="Print where the time went, stage by stage (kept in the manifest).")
 def convert(
     input_,
     output,
+    output_old,
     formats,
     source,
     split,
@@ -146,6 +149,7 @@ def convert(
     compile,
     overwrite,
     quiet,
+    quiet_old,
     timings,
 ) -> None:
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
@@ -157,6 +161,12 @@ def convert(
     if text_encoder is None and (text_max_tokens is not None or text_dtype != "bf16"):
         hint = "--text-max-tokens" if text_max_tokens is not None else "--text-dtype"
         raise click.BadParameter("sets how captions are encoded; add --text-encoder PATH", param_hint=hint)
+    if output and output_old:
+        raise click.BadParameter("--output is the old name of --out: give --out alone", param_hint="--output")
+    output = output or output_old
+    if output is None:
+        raise click.UsageError("Missing option '--out': the directory to create, or s3://BUCKET/PREFIX.")
+    quiet = quiet or quiet_old
 
     cfg = ConvertConfig(
         output=output,
@@ -234,6 +244,27 @@ def info(data_dir: Path | str) -> None:
     click.echo(describe(_guard(load_remote_manifest if remote else load_manifest, data_dir)))
     for line in _guard(leftover_lines, data_dir) if remote else []:
         click.echo(f"note:    {line}")
+
+
+@cli.command("make-vae")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--shape", type=click.Choice(["sd", "audioldm", "tiny"]), default="sd", help="Whose shape it takes.")
+def make_vae(path: Path, shape: str) -> None:
+    """Write an AutoencoderKL with random weights to PATH, for `convert --vae PATH` without the network: speed only,
+    no quality (needs .[latent])."""
+    from .latents.random_vae import make_vae as make
+    from .text import printable
+
+    try:
+        params = make(path, shape)
+    except FileExistsError as e:
+        raise click.BadParameter(str(e), param_hint="PATH") from None
+    except ImportError:
+        raise click.ClickException("diffusers is not installed: pip install 'gpufeed[latent]'") from None
+    click.echo(
+        f"wrote a {shape}-shaped AutoencoderKL with random weights ({params['encoder']:,} encoder parameters) "
+        f"to {printable(path)}; use it with dataprep convert --vae {printable(path)}"
+    )
 
 
 @cli.command("make-text-encoder")

@@ -116,6 +116,7 @@ def _convert(cfg: ConvertConfig) -> dict:
             encoder = None
             if vae is not None:
                 encoder = latent_encoder(cfg, vae, source.kind, first, spec)
+                encoder.total = total
                 stream = encoder.stream(chain([first], stream))
                 streams.append(stream)
                 with times.timed("first samples encoded"):

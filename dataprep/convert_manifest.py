@@ -52,6 +52,7 @@ def build_manifest(
         "dtype": meta.dtype,
         "count": digest.count,
         "classes": meta.classes,
+        "class_counts": [int(n) for n in digest.per_class] + [0] * (len(meta.classes) - len(digest.per_class)),
         "audio": asdict(spec) | {"num_samples": spec.num_samples} if meta.kind == "audio" else None,
         "resize": None if cfg.size is None else {"size": cfg.size, "method": RESIZE_METHOD},
         "digest": digest.result(),

@@ -24,11 +24,15 @@ class SampleDigest:
         self._current = hashlib.sha256()
         self.count = 0
         self.text: TextDigest | None = None
+        self.per_class = np.zeros(0, np.int64)  # samples of each label: what `info` says is there
 
     def update(self, chunk: Chunk) -> None:
         if chunk.text is not None:
             self.text = self.text or TextDigest(self.chunk_size)
             self.text.update(chunk.text)
+        counts = np.bincount(np.asarray(chunk.y, np.int64), minlength=len(self.per_class))
+        counts[: len(self.per_class)] += self.per_class
+        self.per_class = counts
         records = _records(chunk)
         start = 0
         while start < len(records):  # up to the next per-chunk boundary at a time

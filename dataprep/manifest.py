@@ -178,12 +178,21 @@ def caption_lines(captions) -> list[str]:
     return lines
 
 
+def _classes_there(manifest: dict) -> str:
+    """How many classes the samples hold: a --limit can leave some of the source's classes out."""
+    n, counts = len(manifest["classes"]), manifest.get("class_counts")
+    if not isinstance(counts, list) or len(counts) != n:  # written before conversions counted them
+        return f"{n} classes"
+    there = sum(1 for c in counts if isinstance(c, int) and c > 0)
+    return f"{n} classes" if there == n else f"{there} of {n} classes present (the others have no samples)"
+
+
 def describe(manifest: dict) -> str:
     """A readable summary for `dataprep info`, every string from the manifest with control characters escaped."""
     src = manifest.get("source") if isinstance(manifest.get("source"), dict) else {}
     lines = [
         f"{manifest['count']:,} {manifest['kind']} samples, shape {tuple(manifest['sample_shape'])} "
-        f"{manifest['dtype']}, {len(manifest['classes'])} classes",
+        f"{manifest['dtype']}, {_classes_there(manifest)}",
         f"source:  {src.get('kind')} {src.get('path') or '(embedded)'} split={src.get('split')}",
         f"classes: {', '.join(manifest['classes'])}",
     ]

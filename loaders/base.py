@@ -11,9 +11,10 @@ so two backends train on equally distributed but not identical batch sequences."
 from __future__ import annotations
 
 import math
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,9 @@ class Batch:
 @dataclass(kw_only=True)
 class LoaderOptions:
     batch_size: int
-    workers: int = 4  # the backend's closest knob: processes (torch, hdf5) or threads (ffcv, dali)
+    # the backend's closest knob: processes (torch, hdf5, stream) or threads (ffcv, dali); 4, at most the cores (more
+    # only queue for them, and torch's DataLoader warns)
+    workers: int = field(default_factory=lambda: min(4, len(os.sched_getaffinity(0))))
     pin_memory: bool = True  # page-locked host buffers so the copy to the GPU can overlap compute
     device: str = "cpu"
     shuffle: bool = True

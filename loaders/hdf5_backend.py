@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .base import Batch, Loader, shard_indices
-from .workers import leave_stop_signals_to_the_parent, worker_errors
+from .workers import start_worker, worker_errors
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -77,7 +77,7 @@ class Hdf5Loader(Loader):
                 prefetch_factor=o.prefetch if o.workers else None,
                 persistent_workers=o.workers > 0,
                 multiprocessing_context=o.mp_context if o.workers else None,
-                worker_init_fn=leave_stop_signals_to_the_parent,
+                worker_init_fn=start_worker,
             )
         self._sampler = self._batches()
         with worker_errors("hdf5", self.data_dir):

@@ -96,13 +96,13 @@ def crash_message(error: BaseException) -> str | None:
 
 
 def stream_worker_init(worker_id: int) -> None:
-    """DataLoader `worker_init_fn` of the stream loader: stop signals left to the parent, and the checking downloader
+    """DataLoader `worker_init_fn` of the stream loader: loaders.workers.start_worker, and the checking downloader
     registered in the worker too (a worker started by a fork server or spawn has LitData's own)."""
     from litdata.streaming.downloader import register_downloader
 
-    from .workers import leave_stop_signals_to_the_parent
+    from .workers import start_worker
 
-    leave_stop_signals_to_the_parent(worker_id)
+    start_worker(worker_id)
     register_downloader("s3://", checking_downloader(), overwrite=True)
 
 

@@ -18,7 +18,7 @@ from dataprep.formats.base import DatasetMeta, has_captions
 from dataprep.formats.files import caption_column, check_sample
 
 from .base import Batch, Loader, shard_indices
-from .workers import leave_stop_signals_to_the_parent, worker_errors
+from .workers import start_worker, worker_errors
 
 
 class FilesDataset(torch.utils.data.Dataset):
@@ -115,7 +115,7 @@ class TorchFilesLoader(Loader):
             drop_last=o.drop_last,
             prefetch_factor=o.prefetch if o.workers else None,
             multiprocessing_context=o.mp_context if o.workers else None,
-            worker_init_fn=leave_stop_signals_to_the_parent,
+            worker_init_fn=start_worker,
         )
         with worker_errors("torch", self.data_dir):
             for i, (x, y) in enumerate(loader):

@@ -49,7 +49,9 @@ def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_
     assert result.exit_code == 0, result.output
     text = result.output
     assert "3 configurations of 2 backends in the training loop (the model alone, data-free:" in text
-    assert "train --loader fastest takes: " in text and "slowest: " in text and "summary.json" in text
+    noise = "cannot tell on this machine now" in text  # a busy machine: no ranking (bench.fastest.noise)
+    assert noise or ("train --loader fastest takes: " in text and "slowest: " in text)
+    assert "summary.json" in text
     assert "{" not in text and len(text.splitlines()) <= 8  # an answer, not a dump
     record = json.loads((out / "summary.json").read_text())
     (scenario,) = record["scenarios"]
@@ -88,6 +90,9 @@ def test_without_model_each_configuration_is_set_against_a_data_free_rate(image_
     )
     assert asked.exit_code == 0, asked.output
     choice, best = json.loads(asked.stdout), record["scenarios"][0]["best"]
+    if noise:
+        assert best is None and "cannot tell on this machine now" in choice["reason"]
+        return
     assert (choice["backend"], choice["workers"] or None) == (best["backend"], best["workers"] or None)
     assert "from bench results in" in choice["reason"]
 

@@ -916,3 +916,31 @@ def test_diffusers_program_is_measured_against_its_data_free_rate(folder_images,
     assert proc.returncode == 0, _explain(proc)
     assert w["loader"].startswith("Hdf5Loader") and len(w["loaders"]) == 1
     assert w["batch_size"] == 16 and w["steps"] == 12 - 1 - 3 and w["samples_per_s"] > 0
+
+
+def test_a_short_run_keeps_half_its_steps_and_its_verdict_says_how_few():
+    """12 steps under --timing-warmup 20: half are measured (not 2), both said beside the verdict; a busy machine
+    (other programs on half the cores) is warned of."""
+    from bench.watcher.meter import StepMeter
+    from bench.watcher.session import WatchConfig, describe, summarise
+
+    meter = StepMeter("DataLoader(Set) x12 at known.py:1", warmup=20)
+    for i in range(12):
+        meter.add(i * 0.1, i * 0.1 + 0.05, batch_size=4)
+    fig = meter.figures(final=True) | {"ranks": 1, "other_share": 0.5}
+    assert (fig["warmup"], fig["steps"]) == (6, 5)
+    run = {"mode": "real", "figures": fig, "loaders": [], "interrupted": False, "exit_code": 0}
+    summary = summarise(WatchConfig(command=["python", "known.py"]), [run]) | {"exit_code": 0}
+    text = "\n".join(describe(summary, Path("w")))
+    assert "warm-up: 6 steps left out, not --timing-warmup 20" in text, text
+    assert "(from 5 measured steps: too few to trust" in text
+    assert "a busy machine: other programs took up to 50% of the cores" in text
+
+
+@pytest.mark.slow
+def test_a_short_program_under_watch_is_measured_over_half_its_steps(tmp_path):
+    """A real 12-step program under the default --timing-warmup: 5 steps measured and said so."""
+    prog = _program(tmp_path, KNOWN)
+    proc, w = run_watch(tmp_path / "w", [PY, str(prog), "--batches", "12", "--wait", "0.001", "--compute", "0.001"])
+    assert proc.returncode == 0, _explain(proc)
+    assert (w["warmup_used"], w["steps"]) == (6, 5) and "warm-up: 6 steps left out" in proc.stdout

@@ -44,3 +44,19 @@ def test_train_on_latents_with_no_options_finishes_5_steps_in_under_2_minutes(la
     assert (cfg["model"], cfg["batch_size"], cfg["precision"], cfg["warmup"]) == ("dit_tiny", 32, "fp32", 0)
     assert (cfg["sample_count"], cfg["sample_steps"], cfg["timing_warmup"]) == (8, 10, 2)
     assert (tmp_path / "run" / "samples" / "step0000005.png").is_file()
+
+
+def test_help_shows_the_cpu_defaults_and_the_readme_gives_a_cpu_run_its_length():
+    """`train --help` names both defaults where a CPU takes another; the README's CPU run gives --steps and its time."""
+    import re
+    from pathlib import Path
+
+    text = " ".join(CliRunner().invoke(train, ["--help"], terminal_width=200).output.split())
+    for shown in ("128; 32 on a CPU", "bf16; fp32 on a CPU", "5000; 10% of --steps on a CPU", "64; 16 (8 for latents)"):
+        assert shown in text, shown
+    assert "on a CPU tiny, and dit_tiny for latents" in text and "20; 2 on a CPU" in text
+    readme = " ".join((Path(__file__).parents[1] / "README.md").read_text().split())
+    cpu = re.search(
+        r"On a CPU give `train` a length it can finish: `train [^`]*--steps (\d+)` takes about (\d+)", readme
+    )
+    assert cpu and int(cpu[1]) <= 2000 and int(cpu[2]) <= 10, "the README's CPU train line"

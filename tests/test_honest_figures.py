@@ -45,7 +45,7 @@ def test_a_rate_above_the_data_free_rate_is_called_noise_and_hides_no_gain():
 
 
 def test_a_busy_machine_is_named_in_the_answer(tmp_path):
-    """Runs during which other programs held the cores: the answer says the rates are noise."""
+    """Runs during which other programs held the cores: the answer says it cannot tell, once, and ranks nothing."""
     res = tmp_path / "r"
     write(res, None, None, 8.0, 0.0, 0.6, kind="data_free")
     write(res, "hdf5", 0, 122.0, 0.006, 1.8)
@@ -58,10 +58,9 @@ def test_a_busy_machine_is_named_in_the_answer(tmp_path):
 
     text, record = summarize(res, finalize(res), [])
     said = "\n".join(text)
-    assert "a busy machine: other programs took up to 70% of the cores these runs could use" in said
-    assert "hdf5, 0 workers ran at 1525% of the data-free rate, which no loader can" in said
-    assert "(138% of the data-free rate: above it, so noise)" in said and "a tie: 1 more tie with it" in said
-    assert "gpu (dataset resident in RAM here: no GPU)" in said and record["scenarios"][0]["busy"] == 0.7
+    assert said.count("other programs took") == 1 and "slowest" not in said and "tie" not in said
+    assert "cannot tell on this machine now: other programs took 70% of the cores during the runs" in said
+    assert record["scenarios"][0]["best"] is None and record["scenarios"][0]["busy"] == 0.7
 
 
 def test_the_monitor_counts_other_programs_cores():

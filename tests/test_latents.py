@@ -510,3 +510,30 @@ def test_torchrun_ranks_write_the_same_dataset(image_vae, tmp_path):
     assert two["latent"]["encoded"]["processes"] == 2 and one["latent"]["encoded"]["processes"] == 1
     assert two["digest"]["total"] == one["digest"]["total"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["one", "ranks.py", "two"]
+
+
+@pytest.mark.slow  # 8 s of CPU: diffusers' import twice and a conversion
+def test_make_vae_gives_an_offline_autoencoder_and_a_cpu_conversion_says_its_time_first(tmp_path):
+    """`dataprep make-vae PATH --shape tiny` writes an autoencoder `convert --vae PATH` loads with no network; on a CPU
+    the conversion says its estimated time, from the first batch, before the rest is encoded; PATH is never replaced."""
+    vae = tmp_path / "vae"
+    made = CliRunner().invoke(cli, ["make-vae", str(vae), "--shape", "tiny"])
+    assert made.exit_code == 0 and "random weights" in made.output and (vae / "config.json").is_file(), made.output
+    again = CliRunner().invoke(cli, ["make-vae", str(vae)])
+    assert again.exit_code == 2 and "already exists" in again.output
+    args = [
+        "convert",
+        "--source",
+        "synthetic-images",
+        "--limit",
+        "40",
+        "--format",
+        "hdf5",
+        "--vae",
+        str(vae),
+        "--quiet",
+    ]
+    r = CliRunner().invoke(cli, [*args, "--device", "cpu", "--batch-size", "8", "--output", str(tmp_path / "d")])
+    assert r.exit_code == 0, r.output
+    said = [line for line in r.stderr.splitlines() if line.startswith("encode on a CPU: ")]
+    assert len(said) == 1 and "over the first batch of 8: about" in said[0] and "for 40 samples" in said[0], r.stderr

@@ -30,4 +30,4 @@ def test_train_picks_from_the_bench_a_newcomer_ran(synthetic_images, tmp_path):
     assert "from bench results in" in json.loads((run / "summary.json").read_text())["loader"]["reason"]
     said = lines(data / ".gpufeed-bench", run)
     assert said[0].startswith("measured: 2 loader configurations in the training loop of tiny, batch 32")
-    assert said[-len(NEXT) :] == NEXT and "dataprep convert --input YOUR_FOLDER --output data/mine" in "\n".join(NEXT)
+    assert said[-len(NEXT) :] == NEXT and "dataprep convert --input YOUR_FOLDER --out data/mine" in "\n".join(NEXT)

@@ -57,3 +57,23 @@ def test_a_stream_shard_holds_at_most_1024_samples(tmp_path):
     )
     sizes = [c["chunk_size"] for c in json.loads((tmp_path / "s" / DIRNAME / INDEX).read_text())["chunks"]]
     assert sum(sizes) == 3000 and len(sizes) >= 3 and max(sizes) <= 1024, sizes
+
+
+def test_info_counts_the_classes_a_limited_conversion_holds(tmp_path):
+    """`info` of a 2-sample conversion of a 3-class folder says how many classes it holds, not the folder's 3."""
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from dataprep.cli import cli
+
+    for name in ("cat", "dog", "eel"):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (8, 8), (i * 90, 0, 0)).save(tmp_path / "in" / name / f"{i}.png")
+    m = _convert(tmp_path / "in", tmp_path / "d", 2, ("hdf5",))
+    there = sum(n > 0 for n in m["class_counts"])
+    assert len(m["class_counts"]) == 3 and sum(m["class_counts"]) == 2 and there <= 2
+    out = CliRunner().invoke(cli, ["info", str(tmp_path / "d")]).output
+    assert f"{there} of 3 classes present" in out, out
+    _convert(tmp_path / "in", tmp_path / "f", 6, ("hdf5",))
+    assert ", 3 classes\n" in CliRunner().invoke(cli, ["info", str(tmp_path / "f")]).output

@@ -326,3 +326,22 @@ def test_bench_loaders_on_s3_data_refuses_other_backends():
 
     r = CliRunner().invoke(bench_cli, ["loaders", "--data", "s3://bucket/images", "--backends", "hdf5", "--out", "x"])
     assert r.exit_code == 2 and "valid: stream, none" in r.output, r.output
+
+
+def test_bench_fastest_on_s3_data_answers_the_stream_loader(remote, seaweed):
+    """bench fastest --data s3://...: the stream loader, the only one that reads it, and no traceback; a prefix with
+    no dataset is named in one line."""
+    from bench.cli import cli as bench_cli
+
+    args = ["fastest", "--model", "tiny", "--device", "cpu", "--json"]
+    r = CliRunner().invoke(bench_cli, [*args, "--data", remote])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout) | {"reason": ""} == {
+        "backend": "stream",
+        "workers": 1,
+        "pin_memory": False,
+        "batch_size": 32,
+        "reason": "",
+    }
+    missing = CliRunner().invoke(bench_cli, [*args, "--data", f"s3://{seaweed.bucket()}/none"])
+    assert missing.exit_code == 1 and "Traceback" not in missing.output and "manifest" in missing.output

@@ -229,3 +229,26 @@ def test_missing_remote_shard_is_one_line(seaweed, small_shards, tmp_path):
             for _ in loader:
                 pass
     one_clean_line(train(url, tmp_path / "run", "--workers", "0"), "chunk-0-3.bin: not found at http://127.0.0.1:")
+
+
+def test_the_object_storage_docs_work_as_typed():
+    """README's and DATAPREP's object-storage commands use the bucket `serve` creates, say how to make another and
+    what `shards/` is, ask LitData for a cache it does not warn of, and the stream loader's default workers fit."""
+    import re
+
+    from bench.objectstore.__main__ import BUCKET
+    from loaders.base import LoaderOptions
+    from loaders.stream_cache import LITDATA_MIN, parse_size
+
+    root = Path(__file__).resolve().parents[1]
+    for doc in ("README.md", "docs/DATAPREP.md"):
+        text = (root / doc).read_text()
+        section = text[text.index("## Data in object storage") :]
+        section = section[: section.index("\n## ", 5)]
+        commands = "".join(re.findall(r"```bash\n(.*?)```", section, re.S))
+        assert set(re.findall(r"s3://([\w.-]+)/", commands)) == {BUCKET}, doc
+        assert "python -m bench.objectstore serve" in section and "--bucket NAME" in section, doc
+        assert "WebDataset" in section or "shards/" not in section, doc
+        limits = re.findall(r"--cache-limit (\S+)", section)
+        assert limits and all(parse_size(v) >= parse_size(LITDATA_MIN) for v in limits), (doc, limits)
+    assert LoaderOptions(batch_size=1).workers <= len(os.sched_getaffinity(0))

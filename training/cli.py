@@ -23,6 +23,7 @@ from .config import (
     TrainConfig,
     default_compile_cache,
 )
+from .cpu_defaults import CPU_MODELS, CpuDefaults
 from .summary import MIN_TIMED_STEPS
 
 DEFAULT = click.core.ParameterSource.DEFAULT
@@ -32,6 +33,11 @@ _defaults = TrainConfig.__dataclass_fields__
 
 def _d(name: str):
     return _defaults[name].default
+
+
+def _cpu(name: str, cpu_value) -> str:
+    """`--help`'s default for an option that takes another value on a CPU (training.cpu_defaults): both."""
+    return f"{_d(name)}; {cpu_value} on a CPU"
 
 
 def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -64,7 +70,8 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--model",
     type=click.Choice(MODEL_NAMES),
     default=None,
-    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio, dit_b2 for latents or --vae].",
+    help="Model preset [default: ddpm_cifar10 for images, ddpm_audio_mel for audio, dit_b2 for latents or --vae; "
+    f"on a CPU {CPU_MODELS['image']}, and {CPU_MODELS['latent']} for latents].",
 )
 @click.option(
     "--vae",
@@ -90,7 +97,13 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     help="Text models: sample grids from these prompts (one a line), guided by --guidance-scale.",
 )
 @click.option("--guidance-scale", type=float, default=_d("guidance_scale"), show_default=True)
-@click.option("--batch-size", type=click.IntRange(min=1), default=_d("batch_size"), help="Per rank.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=_d("batch_size"),
+    show_default=_cpu("batch_size", CpuDefaults.batch_size),
+    help="Per rank.",
+)
 @click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes.")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr"))
 @click.option(
@@ -98,12 +111,18 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "warmup",
     type=click.IntRange(min=0),
     default=_d("warmup"),
+    show_default=_cpu("warmup", f"{CpuDefaults.lr_warmup_share:.0%} of --steps"),
     help="Steps of linear learning-rate warm-up (steps left out of the timing: --timing-warmup).",
 )
 @renamed("--warmup")
 @click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables.")
 @click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay.")
-@click.option("--precision", type=click.Choice(PRECISIONS), default=_d("precision"))
+@click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default=_d("precision"),
+    show_default=_cpu("precision", CpuDefaults.precision),
+)
 @click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet.")
 @click.option(
     "--compile-mode",
@@ -139,6 +158,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--workers",
     type=click.IntRange(min=0),
     default=_d("workers"),
+    show_default=f"{_d('workers')}, at most the cores; half the cores on a CPU",
     help="Loader workers per rank (fastest picks its own).",
 )
 @click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory"))
@@ -146,7 +166,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--cache-limit",
     default=None,
     callback=_cache_size,
-    help="The stream loader's local shard cache, e.g. 20GB or 500MB (powers of 1000; LitData warns below 25GB); "
+    help="The stream loader's local shard cache, e.g. 25GB (powers of 1000; LitData warns below 25GB); "
     "removed at exit [default: LitData's, 75% of the free disk].",
 )
 @click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images).")
@@ -166,18 +186,31 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
 )
 @click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up.")
 @click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables.")
-@click.option("--sample-count", type=click.IntRange(min=1), default=_d("sample_count"), help="Images per grid.")
-@click.option("--sample-steps", type=click.IntRange(min=1), default=_d("sample_steps"), help="DDIM steps per grid.")
+@click.option(
+    "--sample-count",
+    type=click.IntRange(min=1),
+    default=_d("sample_count"),
+    show_default=_cpu("sample_count", f"{CpuDefaults.sample_count} ({CpuDefaults.latent_sample_count} for latents)"),
+    help="Images per grid.",
+)
+@click.option(
+    "--sample-steps",
+    type=click.IntRange(min=1),
+    default=_d("sample_steps"),
+    show_default=_cpu("sample_steps", CpuDefaults.sample_steps),
+    help="DDIM steps per grid.",
+)
 @click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints.")
 @click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every"))
 @click.option(
     "--timing-warmup",
     type=click.IntRange(min=0),
     default=_d("timing_warmup"),
+    show_default=_cpu("timing_warmup", CpuDefaults.timing_warmup),
     help="Steps left out of the timing figures.",
 )
 @click.option("--seed", type=int, default=_d("seed"))
-@click.option("--device", default=None, help="cuda or cpu [default: cuda when present].")
+@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
 @click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (log lines only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record (RUN_DIR/summary.json), not the summary.")
@@ -271,8 +304,11 @@ def _usable_cache(given: Path | None) -> None:
 def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> None:
     """On a CPU, its defaults for the options not given; and a warning when too few steps will be timed."""
     speak = os.environ.get("RANK", "0") == "0"  # under torchrun rank 0 speaks for the run
+    cores = len(os.sched_getaffinity(0))
+    if _source("workers") == DEFAULT and options["workers"] > cores:  # more only queue for the cores
+        options["workers"] = cores
     if _on_cpu(device):
-        given |= {k for k in options if click.get_current_context().get_parameter_source(k) != DEFAULT}
+        given |= {k for k in options if _source(k) != DEFAULT}
         note = for_cpu(options, given)
         if note and speak:
             click.echo(note, err=True)
@@ -283,6 +319,10 @@ def _say_what_is_chosen(options: dict, device: str | None, given: set[str]) -> N
             f"will be a rough figure (run {warmup + MIN_TIMED_STEPS} or more --steps to time it)",
             err=True,
         )
+
+
+def _source(name: str):
+    return click.get_current_context().get_parameter_source(name)
 
 
 def _on_cpu(device: str | None) -> bool:

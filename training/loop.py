@@ -231,10 +231,11 @@ def _read_losses(run: Run, progress: Progress, keep: int = 0) -> None:
 def _after_step(run: Run, progress: Progress) -> None:
     """The step's log, the stop decision, then the preview grid and the checkpoint when due."""
     cfg, step, guard = run.cfg, progress.step, run.guard
-    _read_losses(run, progress, keep=1)  # the previous step's loss; the device is still busy with this one
+    logged = step % cfg.log_every == 0 or step == cfg.steps
+    # the previous step's loss, the device still busy with this one; on a log step this one's, as the log line's
+    _read_losses(run, progress, keep=0 if logged else 1)
     run.log.step(step, progress.losses[-1] if progress.losses else float("nan"), run.timer)
-    if step % cfg.log_every == 0 or step == cfg.steps:
-        _read_losses(run, progress)
+    if logged:
         run.log.window(step, progress.losses[-1], run.timer, progress.flops)
         guard.check_weights(step)  # the window's figures have just waited for the device
     # every rank alike: a stop signal on any rank, or NonFiniteError (decided one step late under DDP, no sync)

@@ -142,7 +142,7 @@ class MetricsLog:
         dt = timer.wall[-1] - timer.wall[-2] if len(timer.wall) > 1 else float("nan")
         rate = self.images_per_step / dt if dt > 0 else float("nan")
         self.bar.set_postfix(
-            loss=f"{loss:.4f}", img_s=f"{rate:.0f}", wait_ms=f"{1e3 * timer.waits[-1]:.1f}", refresh=False
+            loss=f"{loss:.4f}", samples_s=f"{rate:.0f}", wait_ms=f"{1e3 * timer.waits[-1]:.1f}", refresh=False
         )
         self.bar.update(1)
 
@@ -173,7 +173,7 @@ class MetricsLog:
             # on a CPU the FLOP rate of a preset sized for it rounds to 0.0, and device memory and MFU have no meaning
             compute = f", {rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             self.write(
-                f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} img/s, wait "
+                f"step {step}: loss {rec['loss']:.4f}, {rec['images_per_s']:.0f} samples/s, wait "
                 f"{rec['wait_median_ms']:.1f} ms, starved {100 * rec['starvation']:.1f}%{detail}"
                 + (compute if self.cuda else "")
             )

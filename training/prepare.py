@@ -5,6 +5,7 @@ the data stream, and what watches the steps (log, timer, guard). `set_up` return
 from __future__ import annotations
 
 import copy
+import os
 import sys
 import time
 from contextlib import ExitStack
@@ -119,6 +120,9 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
         ema_params, params = list(stateful["ema"].parameters()), list(stateful["model"].parameters())
         graph = StepGraph(stateful["optimizer"], device, partial(ema_update, ema_params, params))
     stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
+    if choice is not None:  # what the run uses, where `fastest` chose it or a CPU has no page-locked copies
+        train_config |= {"workers": choice.workers, "pin_memory": choice.pin_memory and device.startswith("cuda")}
+    train_config["threads"] = torch.get_num_threads()
 
     start_step = state["step"] if state is not None else 0
     log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
@@ -264,6 +268,7 @@ def _open_data(
     choice = None
     if loader is None:
         choice = choose_loader(cfg, spec.model, device, info)
+        _set_threads(choice, info, cleanup)
         loader = open_loader(cfg, choice, device, info, spec.kind)
         cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
@@ -280,3 +285,14 @@ def _open_data(
                 file=sys.stderr,
             )
     return stream, backend, choice, t_stream
+
+
+def _set_threads(choice, info: ddp.Dist, cleanup: ExitStack) -> None:
+    """This rank's torch threads for the run (loaders.workers.training_threads), said once; restored after it."""
+    from loaders.workers import set_training_threads
+
+    cleanup.callback(torch.set_num_threads, torch.get_num_threads())
+    processes = choice.backend in ("torch", "hdf5", "stream")  # DataLoader workers; ffcv's and dali's are threads
+    line = set_training_threads(choice.workers, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), processes)
+    if info.main:
+        print(line, file=sys.stderr)

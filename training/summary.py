@@ -43,6 +43,7 @@ def write(run_dir: Path, rec: dict) -> Path:
     return path
 
 
+EARLY = 10_000  # steps before which a sample grid is expected to be noise (the paper trained CIFAR-10 for 800k)
 MIN_TIMED_STEPS = 10  # fewer timed steps than this make a rate a rough figure: say so
 
 
@@ -103,7 +104,8 @@ def lines(rec: dict) -> list[str]:
     s = rec.get("starvation") or {}
     starved = _starved(s, cfg.get("world_size", 1), device)
     loss = f"loss {rec['final_loss']:.4f}" + (f" (first step {rec['first_loss']:.4f})" if rec.get("first_loss") else "")
-    workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
+    n = loader.get("workers")
+    workers = f", {n} worker{'s' * (n != 1)}" if n is not None else ""
     out = [
         f"trained {cfg.get('model')} for {rec['steps']} steps on {device} in {rec['wall_s']:.0f} s: "
         f"{rec['samples_per_s']:,.0f} samples/s{timed_steps(s, cfg)}, {starved}, {loss}",
@@ -126,6 +128,12 @@ def lines(rec: dict) -> list[str]:
             f"graphs built, {graphs.get('fxgraph_cache_hit', 0)} found in caches); {kept}"
         )
     files = rec.get("files", {})
+    total = rec.get("start_step", 0) + rec["steps"]
+    if files.get("samples") and total < EARLY:
+        out.append(
+            f"samples after {total:,} steps are noise, as expected this early: a diffusion model draws recognisable "
+            f"images after tens of thousands of steps"
+        )
     where = ", ".join(f"{k} {v}" for k, v in files.items() if k != "summary")
     out.append(f"{where}; the full record: {files.get('summary')} (or --json)")
     return [printable(line) for line in out]  # paths, names and reasons can come from the data: no terminal controls

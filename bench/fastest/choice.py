@@ -25,10 +25,12 @@ Where results are looked for: `results_dir` if given, else $GPUFEED_BENCH_RESULT
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from dataprep.benchdir import BENCH_DIR
 from dataprep.paths import inside
 from dataprep.text import printable
 
+from .noise import CANNOT_TELL, busy_share, cannot_tell, default_config
 from .probe_plan import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
 # the spread when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
@@ -214,12 +217,17 @@ def choose(
     every rank of a process group (`bench fastest` under training's torchrun), the ranks measure together when there
     are none (together.py), and every rank returns rank 0's choice."""
     from dataprep.manifest import load_manifest
+    from dataprep.remote import is_remote, load_remote_manifest
     from loaders import LoaderError
     from loaders.errors import too_small
 
     from .probe_run import run_probe
     from .together import same
 
+    if is_remote(data_dir):  # nothing to compare: no other loader reads object storage
+        load_remote_manifest(data_dir)  # a missing or damaged dataset is named now, not by the loader later
+        _, workers, pin = default_config(["stream"], device)
+        return same(Choice("stream", workers, pin, batch_size, "the only loader that reads s3:// data"))
     manifest = load_manifest(data_dir)
     problem = too_small(manifest["count"], batch_size, nproc)
     if problem:  # the probe's first batch would never come
@@ -227,7 +235,8 @@ def choose(
     digest = manifest["digest"]["total"]
     dirs = [Path(results_dir)] if results_dir else [default_results_dir(data_dir), _writable_dir(data_dir, digest)]
     key = dict(digest=digest, device=device, model=model, batch_size=batch_size, precision=precision, compile=compile)
-    found = same(_from_results(dirs, key, nproc, batch_size))  # under several ranks, rank 0's results decide
+    fallback = Choice(*default_config(manifest["formats"], device), batch_size, "")
+    found = same(_from_results(dirs, key, nproc, fallback))  # under several ranks, rank 0's results decide
     if found is not None:
         return found
     out = Path(results_dir) if results_dir else _writable_dir(data_dir, digest)
@@ -247,7 +256,6 @@ def choose(
         )
         same(error)
         raise error
-    win, why = _pick(rows)
     measured = sum("samples_per_s" in c for c in summary["ceilings"])
     with_ranks = f" with {summary['nproc']} ranks" if summary["nproc"] > 1 else ""
     prefix = (
@@ -255,24 +263,37 @@ def choose(
         f"this process first{with_ranks} ({time.perf_counter() - t0:.0f} s: the data-free rate twice, {measured} "
         f"loader ceilings, {summary['confirmed']} confirmed in the training loop; results in {out}); "
     )
-    return same(_choice(win, batch_size, prefix + why))
+    return same(_pick(rows, fallback, lambda _grid: prefix))
 
 
-def _from_results(dirs: list[Path], key: dict, nproc: int, batch_size: int) -> Choice | None:
+def _from_results(dirs: list[Path], key: dict, nproc: int, fallback: Choice) -> Choice | None:
     """The choice from the results of `nproc` ranks, else of one process, in the first directory that has any."""
     for d, n in [(d, n) for n in dict.fromkeys((nproc, 1)) for d in dict.fromkeys(dirs)]:
         rows = scenario_rows(d, **key, nproc=n) if d.is_dir() else []
         if latest_groups(rows):
-            win, why = _pick(rows)
             ranks = f", measured with {n} ranks" if n > 1 else ", measured in one process" if nproc > 1 else ""
-            return _choice(win, batch_size, f"from bench results in {d} (grid {win['grid_id']}{ranks}): {why}")
+            return _pick(rows, fallback, lambda grid, d=d, r=ranks: f"from bench results in {d} (grid {grid}{r}): ")
     return None
 
 
-def _pick(rows: list[dict]) -> tuple[dict, str]:
+def _pick(rows: list[dict], fallback: Choice, source: Callable[[str], str]) -> Choice:
+    """The winner of the latest grid; where that grid cannot rank its configurations (noise.cannot_tell), the
+    winner of the latest earlier grid that could, else `fallback`. `source(grid_id)` starts the reason."""
     groups = latest_groups(rows)
-    spread, where = measured_spread(rows, groups[0]["grid_id"])
-    return pick(groups, spread, where)
+    latest = groups[0]["grid_id"]
+    spread, where = measured_spread(rows, latest)
+    why_not = cannot_tell(groups, spread, busy_share([r for r in rows if r.get("grid_id") == latest]))
+    if why_not is None:
+        win, why = pick(groups, spread, where)
+        return _choice(win, fallback.batch_size, source(latest) + why)
+    said = f"{source(latest)}{CANNOT_TELL} ({why_not}); "
+    for grid in sorted({r["grid_id"] for r in rows if (r.get("grid_id") or "") < latest}, reverse=True):
+        older = latest_groups([r for r in rows if r.get("grid_id") == grid])
+        spread, where = measured_spread(rows, grid)
+        if older and cannot_tell(older, spread, busy_share([r for r in rows if r.get("grid_id") == grid])) is None:
+            win, _ = pick(older, spread, where)
+            return _choice(win, fallback.batch_size, f"{said}kept the previous choice (grid {grid})")
+    return Choice(**{**dataclasses.asdict(fallback), "reason": f"{said}took the default"})
 
 
 def _choice(win: dict, batch_size: int, reason: str) -> Choice:

@@ -251,7 +251,11 @@ class Probe:
 
 def _label(cand: tuple) -> str:
     b, w, p = cand
-    return b + ("" if w is None else f", {w} workers") + ("" if p is None else f", pin_memory {'on' if p else 'off'}")
+    return (
+        b
+        + ("" if w is None else f", {w} worker{'s' * (w != 1)}")
+        + ("" if p is None else f", pin_memory {'on' if p else 'off'}")
+    )
 
 
 def _cores() -> int:

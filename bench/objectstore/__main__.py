@@ -11,13 +11,15 @@ from pathlib import Path
 
 from .seaweed import SeaweedServer, ServerError
 
+BUCKET = "gpufeed"  # the bucket `serve` creates unless told another: the one README.md's commands use
+
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.objectstore", description=__doc__)
     p.add_argument("command", choices=["serve"])
     p.add_argument("directory", type=Path)
     p.add_argument("--port", type=int, default=None, help="S3 port [default: a free one]")
-    p.add_argument("--bucket", default="gpufeed", help="a bucket to create at start")
+    p.add_argument("--bucket", default=BUCKET, help=f"a bucket to create at start [default: {BUCKET}]")
     a = p.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a SIGTERM stops the server too, as Ctrl-C does
     server = SeaweedServer(a.directory) if a.port is None else SeaweedServer(a.directory, port=a.port)

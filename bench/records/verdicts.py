@@ -35,7 +35,7 @@ def label(g: dict) -> str:
     """A configuration in words: backend, workers, pin_memory (where they apply)."""
     from loaders import backend_label
 
-    w = "" if g["workers"] is None else f", {g['workers']} workers"
+    w = "" if g["workers"] is None else f", {g['workers']} worker{'s' * (g['workers'] != 1)}"
     pin = "" if g["pin_memory"] is None else f", pin_memory {'on' if g['pin_memory'] else 'off'}"
     return f"{backend_label(g['backend'], g.get('device') or '')}{w}{pin}"
 

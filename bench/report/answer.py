@@ -24,6 +24,7 @@ from .tables import scenario_slug, scenario_title
 def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple[list[str], dict]:
     """(lines for the terminal, the record for summary.json) from the grouped configurations of a finished grid."""
     from ..fastest.choice import measured_spread, pick
+    from ..fastest.noise import CANNOT_TELL, cannot_tell
 
     results_dir = Path(results_dir)
     rows = [flat(r) for r in load_records(results_dir)]
@@ -32,9 +33,11 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
         by[tuple(g[k] for k in SCENARIO)].append(g)
     lines, scenarios = [], []
     for gs in by.values():
-        first, alone = gs[0], gs[0]["model"] == "none"
+        first, alone, noise = gs[0], gs[0]["model"] == "none", None
         free = [r["samples_per_s"] for r in rows if r["kind"] == "data_free" and not r["error"] and _paired(r, first)]
         rate = statistics.median(free) if free else None
+        grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
+        busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
         if alone:  # `train --loader fastest` reads runs in the training loop only: here the highest ceiling
             win, top = max(gs, key=lambda g: g["samples_per_s"]), "highest ceiling"
             why = win["verdict"]
@@ -42,15 +45,15 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
             # the spread `fastest` judges ties by: this scenario's data-free runs, as bench.fastest.choice reads them
             spread, where = measured_spread([r for r in rows if _paired(r, first)], first["grid_id"])
             (win, why), top = pick(gs, spread, where), "train --loader fastest takes"
+            noise = cannot_tell(gs, spread, busy)
         worst = min(gs, key=lambda g: g["samples_per_s"])
-        lines += [
-            f"{scenario_title(first)}: {_what(gs, rate, alone)}",
-            f"  {top}: {_label(win)}: {why}",
-            f"  slowest: {_label(worst)}: {worst['verdict']}",
-        ]
-        grid = [r for r in rows if _paired(r, first) and r.get("grid_id") == first["grid_id"]]
-        busy = max((r.get("other_share") or 0.0 for r in grid), default=0.0)
-        if busy > BUSY:
+        lines.append(f"{scenario_title(first)}: {_what(gs, rate, alone)}")
+        if not alone and noise:  # no ranking from noise: one short reason, said once
+            lines.append(f"  {CANNOT_TELL}: {noise}; rerun when the machine is idle")
+            win = why = None
+        else:
+            lines += [f"  {top}: {_label(win)}: {why}", f"  slowest: {_label(worst)}: {worst['verdict']}"]
+        if busy > BUSY and win is not None:
             lines.append(busy_line(busy))
         plot = results_dir / f"plot-{scenario_slug(first)}.png"
         scenarios.append(
@@ -58,7 +61,8 @@ def summarize(results_dir: Path, groups: list[dict], failed: list[str]) -> tuple
                 "title": scenario_title(first),
                 "data_free_rate": rate,
                 "fed_model": first.get("fed_model"),
-                "best": {"configuration": _label(win), "reason": why, **_knobs(win)},
+                "best": {"configuration": _label(win), "reason": why, **_knobs(win)} if win else None,
+                "cannot_tell": noise,
                 "busy": busy,
                 "plot": str(plot) if plot.exists() else None,
                 "configurations": gs,

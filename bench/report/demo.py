@@ -27,10 +27,11 @@ def lines(results_dir: Path, run_dir: Path) -> list[str]:
         out.append(
             f"measured: {len(sc['configurations'])} loader configurations in the training loop of {sc['title']}{rate}"
         )
-        if (sc.get("busy") or 0.0) > BUSY:
+        if (sc.get("busy") or 0.0) > BUSY and not sc.get("cannot_tell"):  # the choice's reason says it then
             out.append(busy_line(sc["busy"]).strip())
     loader, s = run.get("loader", {}), run.get("starvation") or {}
-    workers = f", {loader['workers']} workers" if loader.get("workers") is not None else ""
+    n = loader.get("workers")
+    workers = f", {n} worker{'s' * (n != 1)}" if n is not None else ""
     device = run.get("config", {}).get("device", "")
     out.append(f"chosen: {backend_label(run['backend'], device)}{workers}, because {loader.get('reason', '?')}")
     starved = f", starvation {s['starvation']:.1%}" if "starvation" in s else ""
@@ -54,7 +55,7 @@ NEXT = [
     "",
     "next, with your own data (a folder of images or of audio clips, or CIFAR-10's python tarball):",
     "  source .venv/bin/activate",
-    "  dataprep convert --input YOUR_FOLDER --output data/mine   # every format, checksummed",
+    "  dataprep convert --input YOUR_FOLDER --out data/mine      # every format, checksummed",
     "  bench loaders --data data/mine                            # does the model starve, and which loader feeds it",
     "  train --data data/mine --loader fastest                   # train with the loader the bench found fastest",
 ]

@@ -4,12 +4,8 @@
     python -m bench.studies.latent_cache encoder-rate --vae OUT/sd --shape 3,256,256 --batch-size 64 --json F
 
 No machine here can download weights, so both autoencoders are built from their published shapes with random weights
-and written with `save_pretrained`; they are then loaded by path, the code path a real checkpoint takes. Speed does
-not depend on the weights; quality claims would, and none are made.
-- SD-shaped: Stable Diffusion's AutoencoderKL (block_out_channels 128-256-512-512, 2 layers per block, 4 latent
-  channels, downsampling 8, scaling_factor 0.18215): its encoder has 34.2M parameters.
-- AudioLDM-shaped: 1 input channel (a log-mel), 128-256-512 (downsampling 4), 8 latent channels, as AudioLDM's
-  16 kHz VAE; scaling_factor 1.0 here (AudioLDM estimates its own from data)."""
+(dataprep.latents.random_vae, where the shapes are) and loaded by path, the code path a real checkpoint takes. Speed
+does not depend on the weights; quality claims would, and none are made."""
 
 from __future__ import annotations
 
@@ -22,43 +18,9 @@ import torch
 
 
 def build_vaes(out: Path) -> dict:
-    from diffusers import AutoencoderKL
+    from dataprep.latents.random_vae import make_vae
 
-    shapes = {
-        "sd": dict(
-            in_channels=3,
-            out_channels=3,
-            block_out_channels=(128, 256, 512, 512),
-            latent_channels=4,
-            scaling_factor=0.18215,
-            sample_size=256,
-        ),
-        "audioldm": dict(
-            in_channels=1,
-            out_channels=1,
-            block_out_channels=(128, 256, 512),
-            latent_channels=8,
-            scaling_factor=1.0,
-            sample_size=256,
-        ),
-    }
-    params = {}
-    for name, kw in shapes.items():
-        torch.manual_seed(0)
-        n = len(kw["block_out_channels"])
-        vae = AutoencoderKL(
-            down_block_types=("DownEncoderBlock2D",) * n,
-            up_block_types=("UpDecoderBlock2D",) * n,
-            layers_per_block=2,
-            norm_num_groups=32,
-            **kw,
-        )
-        vae.save_pretrained(out / name)
-        params[name] = {
-            "encoder": sum(p.numel() for p in vae.encoder.parameters()),
-            "all": sum(p.numel() for p in vae.parameters()),
-        }
-    return params
+    return {name: make_vae(out / name, name) for name in ("sd", "audioldm")}
 
 
 def encoder_rate(vae_dir: str, shape: tuple[int, ...], batch: int, steps: int, compile: bool, device: str) -> dict:

@@ -93,7 +93,9 @@ def run_program(command: list[str], settings: Settings, cpus: int | None = None)
     fig = merge(ranks)
     if fig is not None:
         t0, t1 = fig["window"]
-        fig |= {k: v for k, v in mon.figures(t0, t1).items() if k in ("cpu_cores", "peak_mem_mib")}
+        fig |= {k: v for k, v in mon.figures(t0, t1).items() if k in ("cpu_cores", "peak_mem_mib", "other_cores")}
+        if fig.get("other_cores") is not None:  # other programs' share of the cores the program may use
+            fig["other_share"] = fig["other_cores"] / len(os.sched_getaffinity(0))
         fig |= gpus.figures(t0, t1, [r["gpu_uuid"] for r in ranks if r.get("gpu_uuid")])
     first = ranks[0] if ranks else {}
     return {

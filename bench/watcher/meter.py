@@ -88,7 +88,9 @@ class StepMeter:
             except Exception:  # a crashed CUDA context: keep the host figures
                 self._pending.clear()
         n = self.requests
-        a = min(self.warmup, max(n - 3, 0))  # a short run still gets figures, with less warm-up (stated)
+        # a short run keeps at least half its steps measured, with less warm-up (stated): a warm-up that swallowed
+        # all but two steps gave a verdict from two
+        a = min(self.warmup, max(n - 3, 0), n // 2)
         cuda = self.cuda_steps == n and n > 0
         if cuda:
             while n > a and self.gpu_t[n - 1] != self.gpu_t[n - 1]:  # NaN: not resolved yet

@@ -11,7 +11,11 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from training.summary import MIN_TIMED_STEPS
+
 from ..records.env import write_json_atomic
+from ..records.thresholds import BUSY
+from ..report.answer import busy_line
 from .launch import run_program
 from .state import Settings
 from .verdict import verdict
@@ -114,6 +118,7 @@ def summarise(cfg: WatchConfig, runs: list[dict]) -> dict:
             max(x["figures"]["samples_per_s"] for x in head),
         ],
     }
+    out |= {"warmup_used": last.get("warmup"), "busy": max(x["figures"].get("other_share") or 0.0 for x in head)}
     if "starvation_worst" in last:
         out["starvation_worst"] = max(x["figures"]["starvation_worst"] for x in head)
     if real and free:
@@ -165,10 +170,27 @@ def describe(summary: dict, out: Path) -> list[str]:
     )
     if any(r["interrupted"] for r in summary["runs"]):
         lines.append("  interrupted: the figures cover the steps before the program stopped")
+    lines += _caveats(summary)
     if summary.get("verdict"):
-        lines.append(f"  verdict: {summary['verdict']}")
+        few = summary["steps"] < MIN_TIMED_STEPS
+        caveat = f" (from {summary['steps']} measured steps: too few to trust; watch a longer run)" if few else ""
+        lines.append(f"  verdict: {summary['verdict']}{caveat}")
     others = [x["label"] for x in summary["loaders"][1:]]
     if others:
         lines.append(f"  other loaders seen (name one with --loader-name): {'; '.join(others)}")
     lines.append(f"  details: {out / 'watch.json'}")
+    return lines
+
+
+def _caveats(summary: dict) -> list[str]:
+    """A warm-up shortened to fit a short run, and a busy machine, said beside the figures they weaken."""
+    lines = []
+    asked, used = summary["config"]["warmup"], summary.get("warmup_used")
+    if used is not None and used < asked:
+        lines.append(
+            f"  warm-up: {used} steps left out, not --timing-warmup {asked}: the run was too short, so half of it "
+            "is measured"
+        )
+    if (summary.get("busy") or 0.0) > BUSY:
+        lines.append(busy_line(summary["busy"]))
     return lines

@@ -76,6 +76,8 @@ class LatentEncoder:
         self.chunks: list[tuple[int, float, float]] = []
         self._last_end: float | None = None
         self.collected = 0  # samples of the chunks collected so far: the output index of the next chunk's first
+        self.total: int | None = None  # samples to encode, where known: a CPU's estimate is said from the first batch
+        self._estimated = False
 
     def describe(self) -> dict:
         return {
@@ -165,16 +167,31 @@ class LatentEncoder:
         before it is done. Under torchrun rank r encodes batches r, r + world, ..."""
         t0, bs = time.perf_counter(), self.batch_size
         with self._current():
-            mine = {
-                s: tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
-                for k, s in enumerate(range(0, len(chunk), bs))
-                if k % self.world == self.rank
-            }
+            mine = {}
+            for k, s in enumerate(range(0, len(chunk), bs)):
+                if k % self.world == self.rank:
+                    t_batch = time.perf_counter()
+                    mine[s] = tuple(self._to_host(t) for t in self._encode(chunk.x[s : s + bs]))
+                    self._estimate(len(chunk.x[s : s + bs]), time.perf_counter() - t_batch)
             done = None
             if self.device.type == "cuda":
                 done = torch.cuda.Event()
                 done.record()
         return _Queued(chunk, mine, done, t0)
+
+    def _estimate(self, n: int, seconds: float) -> None:
+        """On a CPU, where an SD-shaped encoder takes seconds an image, the whole encoding's time from the first batch,
+        said once before the rest starts."""
+        if self.device.type != "cpu" or self.total is None or self._estimated or self.rank:
+            return
+        self._estimated = True
+        left = seconds / n * self.total
+        took = f"{left / 60:,.0f} minutes" if left >= 90 else f"{left:,.0f} s"
+        print(
+            f"encode on a CPU: {seconds / n:.2f} s a sample over the first batch of {n}: about {took} for "
+            f"{self.total:,} samples (a GPU, --device cuda, takes a small fraction of that)",
+            file=sys.stderr,
+        )
 
     def _current(self):
         """The encoder's GPU as the current device of the calling thread. CUDA's current device is per thread, and
