@@ -25,21 +25,11 @@ import os
 import shutil
 from pathlib import Path
 
+from .atomic import pid_alive
 from .overwrite import MANIFEST, not_ours, real, relation
 from .text import printable
 
 LOCK = ".lock"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists (someone else's included)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
 
 
 def owner_alive(tmp: Path, pid: int) -> bool:

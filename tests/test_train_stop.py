@@ -236,7 +236,7 @@ def test_under_torchrun_every_rank_stops_at_one_step_within_5_s(data, tmp_path, 
 WRITER = """
 import sys, time
 from pathlib import Path
-from training.atomic import written
+from dataprep.atomic import written
 with written(Path(sys.argv[1])) as tmp:
     tmp.write_bytes(b"half a checkpoint")
     print("writing", flush=True)

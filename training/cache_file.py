@@ -30,7 +30,8 @@ from pathlib import Path
 
 import torch
 
-from .atomic import remove_stale, written
+from dataprep.atomic import remove_stale, written
+
 from .torch_private import inductor_dir
 from .trusted import Untrusted, check_folder, make_private_dirs, open_trusted
 

@@ -6,7 +6,7 @@ A step can outlast that budget, or never end: a first compiled step takes minute
 writer for ever, a collective waits for a rank that has gone. So the signal also wakes a watchdog thread at once,
 through Python's wakeup file descriptor, which the C-level handler writes even while the main thread sits in a system
 call or in C code that never returns to Python. If the run has not returned GRACE_S seconds after the signal, the
-watchdog ends the process: it removes the temporary files this process was writing (training.atomic), so the last
+watchdog ends the process: it removes the temporary files this process was writing (dataprep.atomic), so the last
 checkpoint stays as it was and nothing half-written remains, stops its child processes (loader and compile workers),
 says so on stderr and exits with 128 + the signal's number, as the signal itself would have. A second signal ends
 the process at once (the default action).
@@ -21,7 +21,7 @@ import time
 
 import psutil
 
-from . import atomic
+from dataprep import atomic
 
 GRACE_S = 4.0  # the graceful stop's budget: the process is gone within 5 s of the signal, a second to spare
 _whole_process = False  # set by the CLI: the run is the process, so its exit is bounded too

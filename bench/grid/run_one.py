@@ -20,7 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from ..records.env import write_json_atomic
+from dataprep.atomic import write_json
+
 from .job import Job
 from .ranks import local_rank, rank_cores, rank_path
 
@@ -264,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rec = {"name": job.name, "job": job.to_dict(), "error": f"{type(e).__name__}: {e}"}
         traceback.print_exc()
-    write_json_atomic(out, rec)
+    write_json(out, rec)
     return 1 if "error" in rec else 0
 
 

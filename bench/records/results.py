@@ -11,10 +11,10 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from dataprep.atomic import write_json
 from dataprep.paths import RESULTS, inside, open_regular
 from dataprep.text import printable
 
-from .env import write_json_atomic
 from .rows import KNOBS, SCENARIO, flat, write_csv
 from .verdicts import explained, verdict
 
@@ -155,6 +155,6 @@ def finalize(results_dir: Path) -> list[dict]:
             rec["verdict"] = verdicts[rec["name"]]
         path = Path(rec.pop("_path"))
         if rec != json.loads(path.read_text()):
-            write_json_atomic(path, rec)
+            write_json(path, rec)
     write_csv(Path(results_dir) / "results.csv", [flat(r) for r in records])
     return groups

@@ -5,8 +5,10 @@ runs are compared within: data, device, model, batch size, ...) and a configurat
 from __future__ import annotations
 
 import csv
-import os
+import io
 from pathlib import Path
+
+from dataprep.atomic import write_text
 
 # cpus: per rank; grad_sync: how the ranks average gradients (DDP as shipped where a record predates the knob)
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc", "grad_sync")
@@ -101,9 +103,8 @@ def flat(rec: dict) -> dict:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    write_text(path, text.getvalue())
