@@ -28,12 +28,14 @@ import numpy as np
 import torch
 
 from dataprep.formats.stream import DIRNAME, INDEX, read_failure, unpack
+from dataprep.litdata_private import fetch_with_boto3, read_for_ranks, unprinted_crashes, use_s3_downloader
 from dataprep.text import printable
+from dataprep.torch_private import shutdown_workers
 
 from .base import Batch, Loader
 from .errors import LoaderError
 from .stream_cache import CacheFolder, parse_size
-from .stream_checks import checking_downloader, crash_message, quiet_prefetch_crashes
+from .stream_checks import check_download, crash_message, explain_download
 from .workers import leave_stop_signals_to_the_parent, worker_errors
 
 # a batch slower than this means the store is gone for good: LitData's boto3 retries a dead server for ~1 minute
@@ -55,10 +57,7 @@ def plain_http_through_boto3() -> None:
     this module for `collate`, take it too. Without that attribute (another LitData) nothing changes: https works."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
     if endpoint.startswith("http://"):
-        import litdata.streaming.downloader as downloader
-
-        if hasattr(downloader, "_OBSTORE_INIT_PID"):
-            downloader._OBSTORE_INIT_PID = -1
+        fetch_with_boto3()
 
 
 def client_config():
@@ -77,7 +76,7 @@ def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 plain_http_through_boto3()
-quiet_prefetch_crashes()
+unprinted_crashes(LoaderError)  # the errors gpufeed words itself: their one line is not buried under a traceback
 
 
 class StreamLoader(Loader):
@@ -95,8 +94,6 @@ class StreamLoader(Loader):
 
     def _open(self) -> None:
         from litdata import StreamingDataLoader, StreamingDataset
-        from litdata.streaming.downloader import register_downloader
-        from litdata.utilities.env import _DistributedEnv
 
         o = self.opts
         plain_http_through_boto3()  # again: the endpoint may have been set after this module was imported
@@ -108,7 +105,7 @@ class StreamLoader(Loader):
         self._folder = CacheFolder({Path(f["path"]).name: f["sha256"] for f in files})
         self.cache = self._folder.path
         atexit.register(self._folder.close)  # also when close() is never called
-        register_downloader("s3://", checking_downloader(), overwrite=True)
+        use_s3_downloader(check_download, explain_download)
         source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         dataset = self._guarded(
@@ -128,7 +125,7 @@ class StreamLoader(Loader):
             storage_options={"config": client_config()} if self.remote else None,
         )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
-        dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
+        read_for_ranks(dataset, o.world_size, o.rank)
         self._dl = StreamingDataLoader(
             dataset,
             batch_size=o.batch_size,
@@ -231,9 +228,8 @@ class StreamLoader(Loader):
 
     def close(self) -> None:
         dl, self._dl = self._dl, None
-        if dl is not None and getattr(dl, "_iterator", None) is not None:
-            dl._iterator._shutdown_workers()
-            dl._iterator = None
+        if dl is not None:
+            shutdown_workers(dl)
         if self.cache is not None:
             self._folder.close()
             self.cache = None

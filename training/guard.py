@@ -22,6 +22,7 @@ import signal
 import torch
 
 from dataprep.stopping import StopOnSignal
+from dataprep.torch_private import foreach_norm
 
 from . import ddp
 
@@ -45,7 +46,7 @@ def nonfinite(named: list[tuple[str, torch.Tensor]]) -> list[str]:
     (a NaN propagates through it), then one read of the flags, the only wait."""
     if not named:
         return []
-    norms = torch._foreach_norm([t.detach() for _, t in named], math.inf)
+    norms = foreach_norm([t.detach() for _, t in named], math.inf)
     flags = torch.stack([n.float() for n in norms]).isfinite().logical_not()
     return [named[i][0] for i in flags.nonzero().flatten().tolist()]
 

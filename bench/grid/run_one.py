@@ -223,15 +223,12 @@ def record(job: Job, out: Path) -> dict:
 
 def compile_cache() -> dict:
     """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid.runner)."""
-    import torch._functorch.config as functorch
-    import torch._inductor.config as inductor
+    from dataprep.torch_private import compile_caches_on
 
     return {
         "kind": "persistent inductor FX graph and AOT autograd caches",
         "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
-        "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
-        "autograd_cache": bool(getattr(functorch, "enable_autograd_cache", False)),
-    }
+    } | compile_caches_on()
 
 
 def main(argv: list[str] | None = None) -> int:
