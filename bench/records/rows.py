@@ -13,6 +13,16 @@ from dataprep.atomic import write_text
 # cpus: per rank; grad_sync: how the ranks average gradients (DDP as shipped where a record predates the knob)
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc", "grad_sync")
 KNOBS = ("backend", "workers", "pin_memory")
+# how long a step waited for its batch, and how often the host was behind: a run's figures, a scenario's medians
+WAITS = (
+    "wait_median_ms",
+    "wait_p95_ms",
+    "wait_max_ms",
+    "host_behind",
+    "starvation_max",
+    "host_behind_max",
+    "starvation_any",
+)
 CSV_COLUMNS = [
     "name",
     "grid_id",
@@ -37,13 +47,7 @@ CSV_COLUMNS = [
     "fed_model",
     "starvation",
     "starvation_source",
-    "wait_median_ms",
-    "wait_p95_ms",
-    "wait_max_ms",
-    "host_behind",
-    "starvation_max",
-    "host_behind_max",
-    "starvation_any",
+    *WAITS,
     "waited_on_rank",
     "waited_on_share",
     "starvation_explains",
