@@ -88,6 +88,27 @@ def write_json(path: os.PathLike | str, obj: object) -> None:
     write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
+LOCK = ".lock"  # in a temporary folder: its writer holds an flock on it while it writes there
+
+
+def owner_alive(tmp: Path, pid: int) -> bool:
+    """Whether process `pid`, which writes the temporary folder `tmp` (a conversion's output, a stream cache),
+    still does: it holds the lock on `tmp`'s LOCK, or it took none yet and runs."""
+    try:
+        fd = os.open(tmp / LOCK, os.O_RDWR | os.O_NONBLOCK)
+    except FileNotFoundError:  # killed before it took the lock, after it let it go, or tmp itself is gone
+        return pid_alive(pid)
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock if we got it
+    return False
+
+
 def _writer_alive(leftover: Path, pid: int) -> bool:
     """A leftover's writer is alive while it holds the file's lock, or (a file from before the lock, or one caught
     between its creation and its lock) while its process exists."""

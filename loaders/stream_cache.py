@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dataprep.leftovers import LOCK, owner_alive
+from dataprep.atomic import LOCK, owner_alive
 from dataprep.noreplace import rename_new
 
 from .errors import LoaderError
