@@ -36,7 +36,7 @@ def _key(old: str) -> str:
 def data_location(ctx: click.Context, param: click.Parameter, value: str | None) -> Path | str | None:
     """--data of train and bench (a click callback): a directory that exists, or s3://BUCKET/PREFIX kept as text,
     since a Path would fold its double slash."""
-    from .remote import SCHEME
+    from .paths import SCHEME
 
     if value is None or value.startswith(SCHEME):
         return value

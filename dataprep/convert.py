@@ -15,6 +15,7 @@ from itertools import chain
 from pathlib import Path
 
 from . import ranks
+from .atomic import write_json
 from .convert_config import ConvertConfig, ConvertError
 from .convert_input import chunk_size, open_source, read_from, usable, with_templates
 from .convert_latents import (
@@ -33,7 +34,7 @@ from .digest import SampleDigest
 from .fields import field_digests
 from .formats import expand, writer_class
 from .formats.base import FormatWriter
-from .manifest import NAME, write_json_atomic
+from .manifest import NAME
 from .remote import is_remote
 from .sources import AudioSpec
 from .timings import Timings
@@ -143,7 +144,7 @@ def _convert(cfg: ConvertConfig) -> dict:
         if encoder is not None:
             manifest["timings"]["encoded_per_s"] = encoder.pace()
         manifest["digest"]["fields"] = field_digests(manifest)  # last: of the values as written
-        write_json_atomic(tmp / NAME, manifest)
+        write_json(tmp / NAME, manifest)
         work.publish()
         if cfg.timings:
             print(times.table(wall, cpu), file=sys.stderr)

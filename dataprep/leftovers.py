@@ -20,43 +20,13 @@ holds or lies inside the input, is left alone and said so. Nothing of a live con
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 from pathlib import Path
 
+from .atomic import LOCK, owner_alive
 from .overwrite import MANIFEST, not_ours, real, relation
 from .text import printable
-
-LOCK = ".lock"
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists (someone else's included)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def owner_alive(tmp: Path, pid: int) -> bool:
-    """Whether the conversion (process `pid`) whose temporary output is `tmp` still runs."""
-    try:
-        fd = os.open(tmp / LOCK, os.O_RDWR | os.O_NONBLOCK)
-    except FileNotFoundError:  # killed before it took the lock, after it let it go, or tmp itself is gone
-        return pid_alive(pid)
-    except OSError:
-        return True  # cannot tell: leave it
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # releases the lock if we got it
-    return False
 
 
 def _ended(out: Path) -> list[int]:

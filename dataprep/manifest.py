@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 
 from .paths import NotRegularError, OutsideError, inside, names_inside, open_regular
@@ -16,12 +15,6 @@ REQUIRED = ("kind", "sample_shape", "dtype", "count", "classes", "digest", "form
 
 class ManifestError(Exception):
     pass
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
 
 
 def load_manifest(data_dir: Path | str) -> dict:

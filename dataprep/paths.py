@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
+SCHEME = "s3://"  # a data location with it is an object-store prefix (dataprep.remote), any other a local path
 DATA_FIX = "get a clean copy of the directory or convert the data again"
 # a results directory (bench): its JSONs, and the plot names made of their fields
 RESULTS = {"what": "results directory", "fix": "remove that entry, or the record that names it"}

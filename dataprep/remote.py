@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .paths import SCHEME
 from .text import printable
 
-SCHEME = "s3://"
 MANIFEST = "manifest.json"
 CONNECT_S = 2.0  # a server on the same network answers a connect in milliseconds; a dead one must fail fast
 READ_S = 30.0  # one read of a response: a 16 MiB shard at 1 MB/s still arrives in pieces well within this

@@ -18,7 +18,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .leftovers import LOCK, recover
+from .atomic import LOCK
+from .leftovers import recover
 from .noreplace import rename_new
 from .overwrite import OutputError, check_apart, check_replaceable, real, still_replaceable
 from .text import printable

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.torch_private import shutdown_workers
+
 from .base import Batch, Loader, shard_indices
 from .workers import start_worker, worker_errors
 
@@ -87,9 +89,8 @@ class Hdf5Loader(Loader):
                 yield self.finish(x, y.to(o.device, non_blocking=self.pin), i, captions)
 
     def close(self) -> None:
-        if self._loader is not None and getattr(self._loader, "_iterator", None) is not None:
-            self._loader._iterator._shutdown_workers()
-            self._loader._iterator = None
+        if self._loader is not None:
+            shutdown_workers(self._loader)
         self._loader = None
 
 

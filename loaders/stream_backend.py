@@ -27,19 +27,14 @@ import numpy as np
 import torch
 
 from dataprep.formats.stream import DIRNAME, INDEX, TEXT, read_failure, unpack
+from dataprep.litdata_private import fetch_with_boto3, read_for_ranks, unprinted_crashes, use_s3_downloader
 from dataprep.text import printable
+from dataprep.torch_private import shutdown_workers, workers_running
 
 from .base import Batch, Loader
 from .errors import LoaderError
 from .stream_cache import CacheFolder, parse_size
-from .stream_checks import (
-    STALL_S,
-    checking_downloader,
-    crash_message,
-    quiet_prefetch_crashes,
-    stalled,
-    stream_worker_init,
-)
+from .stream_checks import STALL_S, check_download, crash_message, explain_download, stalled, stream_worker_init
 from .workers import worker_errors
 
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
@@ -59,10 +54,7 @@ def plain_http_through_boto3() -> None:
     this module for `collate`, take it too. Without that attribute (another LitData) nothing changes: https works."""
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or ""
     if endpoint.startswith("http://"):
-        import litdata.streaming.downloader as downloader
-
-        if hasattr(downloader, "_OBSTORE_INIT_PID"):
-            downloader._OBSTORE_INIT_PID = -1
+        fetch_with_boto3()
 
 
 def client_config():
@@ -82,7 +74,7 @@ def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 
 
 plain_http_through_boto3()
-quiet_prefetch_crashes()
+unprinted_crashes(LoaderError)  # the errors gpufeed words itself: their one line is not buried under a traceback
 
 
 class StreamLoader(Loader):
@@ -104,8 +96,6 @@ class StreamLoader(Loader):
         self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
 
     def _open(self) -> None:
-        from litdata.streaming.downloader import register_downloader
-
         o = self.opts
         plain_http_through_boto3()  # again: the endpoint may have been set after this module was imported
         try:
@@ -116,7 +106,7 @@ class StreamLoader(Loader):
         self._folder = CacheFolder({Path(f["path"]).name: f["sha256"] for f in files})
         self.cache = self._folder.path
         atexit.register(self._folder.close)  # also when close() is never called
-        register_downloader("s3://", checking_downloader(), overwrite=True)
+        use_s3_downloader(check_download, explain_download)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         self._dl = self._loader()
         self._next = None  # (epoch, batch) the running workers go on with, once an epoch was read to its end
@@ -126,7 +116,6 @@ class StreamLoader(Loader):
         own for their seeds (drawn from the global RNG otherwise, which would change the noise a resumed run trains
         on)."""
         from litdata import StreamingDataLoader
-        from litdata.utilities.env import _DistributedEnv
 
         from .stream_shuffle import AlignedStreamingDataset
 
@@ -149,7 +138,7 @@ class StreamLoader(Loader):
             storage_options={"config": client_config()} if self.remote else None,
         )
         # the ranks are the options' (as for every backend), not whatever process group is or is not initialised
-        dataset.distributed_env = _DistributedEnv(o.world_size, o.rank, 1)
+        read_for_ranks(dataset, o.world_size, o.rank)
         return StreamingDataLoader(
             dataset,
             batch_size=o.batch_size,
@@ -217,9 +206,9 @@ class StreamLoader(Loader):
 
     def __iter__(self) -> Iterator[Batch]:
         first, self._start = self._start, 0
-        running = self._dl is not None and getattr(self._dl, "_iterator", None) is not None
+        running = self._dl is not None and workers_running(self._dl)
         if running and self._next != (self.epoch, first):  # workers that hold another epoch or position
-            self._shutdown(self._dl)
+            shutdown_workers(self._dl)
             self._dl = self._loader()
         self._next = None
         self._prepare(self._dl, self.epoch, first)
@@ -251,17 +240,10 @@ class StreamLoader(Loader):
                 raise
             raise LoaderError(message) from None
 
-    @staticmethod
-    def _shutdown(dl) -> None:
-        """Stop the persistent workers of `dl`, if it started any."""
-        if getattr(dl, "_iterator", None) is not None:
-            dl._iterator._shutdown_workers()
-            dl._iterator = None
-
     def close(self) -> None:
         dl, self._dl = self._dl, None
         if dl is not None:
-            self._shutdown(dl)
+            shutdown_workers(dl)
         if self.cache is not None:
             self._folder.close()
             self.cache = None

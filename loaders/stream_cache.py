@@ -18,7 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dataprep.leftovers import LOCK, owner_alive
+from dataprep.atomic import LOCK, owner_alive
+from dataprep.noreplace import rename_new
 
 from .errors import LoaderError
 
@@ -77,7 +78,7 @@ class CacheFolder:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             (hidden / HASHES).write_text(json.dumps(hashes))
             self.path = root / hidden.name[1:]
-            hidden.rename(self.path)
+            rename_new(hidden, self.path)
         except OSError as e:
             if hidden is not None:
                 shutil.rmtree(hidden, ignore_errors=True)

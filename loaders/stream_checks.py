@@ -1,6 +1,6 @@
-"""What the stream loader adds to LitData's reading of shards from object storage: each downloaded file checked
-against the manifest's sha256 before the reader sees it, the S3 client's errors worded as one line, and LitData's
-traceback print of a crashed prefetch thread left out for the errors gpufeed words itself."""
+"""What the stream loader adds to LitData's reading of shards from object storage (through dataprep.litdata_private):
+each downloaded file checked against the manifest's sha256 before the reader sees it, the S3 client's errors worded
+as one line, and gpufeed's own message found in LitData's report of a crashed prefetch thread."""
 
 from __future__ import annotations
 
@@ -21,68 +21,38 @@ STALL_S = float(os.environ.get("GPUFEED_STREAM_STALL_S", 300))
 CRASH = re.compile(r"Original error: (?:LoaderError|DamagedDataError): (.*)$")
 
 
-def checking_downloader():
-    """LitData's S3 downloader, checking each file's sha256 (the manifest's, kept in the cache folder) before
-    publishing it to the reader (LitData itself trusts whatever bytes arrive), and reporting the S3 client's errors
-    as one line naming the endpoint, the object and what to do."""
-    from litdata.streaming.downloader import S3Downloader
+def explain_download(error: Exception, remote_filepath: str) -> None:
+    """The S3 client's error in a download as one line naming the endpoint, the object and what to do; any other
+    error is left to LitData."""
+    from dataprep.remote import S3Url, explain, from_s3_client
 
-    class CheckingS3Downloader(S3Downloader):
-        def download_file(self, remote_filepath: str, local_filepath: str) -> None:
-            from dataprep.remote import S3Url, explain, from_s3_client
-
-            try:
-                super().download_file(remote_filepath, local_filepath)
-            except Exception as e:
-                if not from_s3_client(e):
-                    raise
-                raise LoaderError(str(explain(e, S3Url.parse(remote_filepath)))) from None
-
-        def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
-            name = os.path.basename(local_filepath)
-            hashes = expected_hashes(Path(local_filepath))
-            if hashes is None and name == INDEX:  # LitData's look at the index's `updated_at`, in a scratch folder:
-                return super()._publish_file(tmp_path, local_filepath)  # the index it reads comes through the cache
-            if hashes is None:
-                raise LoaderError(
-                    f"{local_filepath}: not inside a stream loader's cache folder, so it cannot be checked against the "
-                    "manifest; read the data through loaders.build_loader('stream', ...)"
-                )
-            expected = hashes.get(name)
-            got = file_sha256(Path(tmp_path))
-            if got != expected:
-                os.remove(tmp_path)
-                from .integrity import DamagedDataError
-
-                listed = f"the manifest says {expected}" if expected else "the manifest does not list it"
-                raise DamagedDataError(
-                    f"{self._remote_dir}/{name}: damaged shard: sha256 {got}, {listed}; restore it or convert the "
-                    f"data again (dataprep verify {dataset_of(self._remote_dir.rsplit('/', 1)[0])} checks every shard)"
-                )
-            super()._publish_file(tmp_path, local_filepath)
-
-    return CheckingS3Downloader
+    if from_s3_client(error):
+        raise LoaderError(str(explain(error, S3Url.parse(remote_filepath)))) from None
 
 
-def quiet_prefetch_crashes() -> None:
-    """LitData prints the whole traceback of a prefetch thread that died (its `_report_crash`) before the reader
-    raises the error again; for the errors gpufeed words itself (LoaderError: a damaged shard, a store gone) that
-    wall of text would bury the one line that says what to do, so only those are left unprinted. Run at import, so
-    DataLoader workers do it too."""
-    try:
-        from litdata.streaming.reader import PrepareChunksThread
-    except ImportError:  # no 'stream' extra: build_loader says which to install
-        return
-    report = getattr(PrepareChunksThread, "_report_crash", None)
-    if report is None or getattr(report, "gpufeed", False):
-        return
+def check_download(tmp_path: str, local_filepath: str, remote_dir: str) -> None:
+    """A downloaded file's sha256 against the manifest's (kept in the cache folder), before LitData publishes it to
+    the reader: LitData itself trusts whatever bytes arrive."""
+    name = os.path.basename(local_filepath)
+    hashes = expected_hashes(Path(local_filepath))
+    if hashes is None and name == INDEX:  # LitData's look at the index's `updated_at`, in a scratch folder:
+        return  # the index it reads comes through the cache
+    if hashes is None:
+        raise LoaderError(
+            f"{local_filepath}: not inside a stream loader's cache folder, so it cannot be checked against the "
+            "manifest; read the data through loaders.build_loader('stream', ...)"
+        )
+    expected = hashes.get(name)
+    got = file_sha256(Path(tmp_path))
+    if got != expected:
+        os.remove(tmp_path)
+        from .integrity import DamagedDataError
 
-    def _report_crash(thread, exc: BaseException) -> None:
-        if not isinstance(exc, LoaderError):
-            report(thread, exc)
-
-    _report_crash.gpufeed = True
-    PrepareChunksThread._report_crash = _report_crash
+        listed = f"the manifest says {expected}" if expected else "the manifest does not list it"
+        raise DamagedDataError(
+            f"{remote_dir}/{name}: damaged shard: sha256 {got}, {listed}; restore it or convert the "
+            f"data again (dataprep verify {dataset_of(remote_dir.rsplit('/', 1)[0])} checks every shard)"
+        )
 
 
 def crash_message(error: BaseException) -> str | None:
@@ -98,12 +68,12 @@ def crash_message(error: BaseException) -> str | None:
 def stream_worker_init(worker_id: int) -> None:
     """DataLoader `worker_init_fn` of the stream loader: loaders.workers.start_worker, and the checking downloader
     registered in the worker too (a worker started by a fork server or spawn has LitData's own)."""
-    from litdata.streaming.downloader import register_downloader
+    from dataprep.litdata_private import use_s3_downloader
 
     from .workers import start_worker
 
     start_worker(worker_id)
-    register_downloader("s3://", checking_downloader(), overwrite=True)
+    use_s3_downloader(check_download, explain_download)
 
 
 class stalled:  # noqa: N801 - used as a context manager, like worker_errors

@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 from dataprep_helpers import stored_order
 
+from dataprep.atomic import write_json
 from dataprep.cli import cli
 from dataprep.formats import module
-from dataprep.manifest import load_manifest, write_json_atomic
+from dataprep.manifest import load_manifest
 from dataprep.sources.files import list_files
 from dataprep.verify import verify
 
@@ -80,7 +81,7 @@ def test_verify_names_an_edited_caption_statistic(captioned, tmp_path):
     shutil.copytree(captioned[0], out)
     m = load_manifest(out)
     m["captions"]["chars"]["max"] = 3
-    write_json_atomic(out / "manifest.json", m)
+    write_json(out / "manifest.json", m)
     assert any(p.startswith("manifest.json: captions.chars.max") for p in verify(out)), verify(out)
 
 

@@ -21,12 +21,12 @@ import torch
 from click.testing import CliRunner
 from training_helpers import tiny_cfg
 
+from dataprep.stopping import StopOnSignal
 from training.checkpoint import CKPT_NAME, DIGEST, CheckpointError
 from training.cli import train
 from training.ddp import Dist
 from training.guard import Guard, NonFiniteError, nonfinite
 from training.loop import main
-from training.stopping import StopOnSignal
 
 REPO = Path(__file__).resolve().parents[1]
 COUNT, BATCH = 32, 8  # four batches an epoch: the poisoned sample comes within four steps of any step

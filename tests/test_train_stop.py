@@ -37,7 +37,7 @@ from pathlib import Path
 from loaders import build_loader
 from training.config import TrainConfig
 from training.loop import main
-from training.stopping import stop_within_deadline
+from dataprep.stopping import stop_within_deadline
 
 data, out, fifo, after = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 
@@ -159,7 +159,7 @@ def test_blocked_in_open_of_a_fifo_it_still_exits_within_5_s(data, tmp_path, sig
     print(f"blocked on a FIFO, {signal.Signals(sig).name}: exited {took:.2f} s after the signal")
     assert run.proc.returncode == 128 + sig and took < DEADLINE_S, (took, run.err[-3000:])
     name = signal.Signals(sig).name
-    assert f"stopped by {name}: the run could not stop at a step boundary within 4 s" in run.err
+    assert f"stopped by {name}: the run could not stop at a step boundary within 3 s" in run.err
     assert f"{out / CKPT_NAME} (step 4) is the last good one; continue with --resume" in run.err
     assert digest(out / CKPT_NAME) == before and not no_partial_files(out)
 
@@ -236,7 +236,7 @@ def test_under_torchrun_every_rank_stops_at_one_step_within_5_s(data, tmp_path, 
 WRITER = """
 import sys, time
 from pathlib import Path
-from training.atomic import written
+from dataprep.atomic import written
 with written(Path(sys.argv[1])) as tmp:
     tmp.write_bytes(b"half a checkpoint")
     print("writing", flush=True)

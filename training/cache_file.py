@@ -30,8 +30,9 @@ from pathlib import Path
 
 import torch
 
-from .atomic import remove_stale, written
-from .torch_private import inductor_dir
+from dataprep.atomic import remove_stale, written
+from dataprep.torch_private import inductor_dir
+
 from .trusted import Untrusted, check_folder, make_private_dirs, open_trusted
 
 FORMAT = "gpufeed-compile-cache-1"  # the first line of every file; bump when the layout changes

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from dataprep.atomic import remove_stale, stale_pattern, written
 from dataprep.paths import OutsideError, inside
 
-from .atomic import remove_stale, stale_pattern, written
 from .guard import nonfinite
 
 CKPT_NAME = "ckpt.pt"

@@ -251,7 +251,7 @@ def train(
         cfg = TrainConfig(**options, progress=not no_progress, **extra)
     except ValueError as e:  # a combination no single option's type can refuse: --vae with --loader fastest
         raise click.UsageError(str(e)) from None
-    from .stopping import stop_within_deadline
+    from dataprep.stopping import stop_within_deadline
 
     stop_within_deadline()  # this process is the run: a stop signal ends it within seconds, whatever it is doing
     summary = _run(cfg)

@@ -1,5 +1,5 @@
 """A compiled run's compile: its kernels loaded from the compile cache first (training.cache_file), then the record of
-its first step: how long it took, where the time went (Dynamo's phases and cache counters, training.torch_private)
+its first step: how long it took, where the time went (Dynamo's phases and cache counters, dataprep.torch_private)
 and what the cache did. `for_run(...)` is what the training loop calls.
 
 On request (`train --compile-traced-program`), a single-process run also keeps Dynamo's traced program (torch's caching
@@ -19,14 +19,17 @@ from contextlib import AbstractContextManager, contextmanager
 import psutil
 import torch
 
-from .cache_file import CompileCache
-from .torch_private import (
+from dataprep.torch_private import (
     cache_custom_autograd_functions,
     compile_counters,
+    inductor_options,
+    keep_traced_programs,
     mode_options,
     names_past_installed,
     traced_programs_unsupported,
 )
+
+from .cache_file import CompileCache
 
 
 def since_launch() -> float:
@@ -62,8 +65,8 @@ class Compiled:
         t0 = time.perf_counter()
         options = mode_options(mode) if self.traced else {}
         if self.traced:  # on from here: every later compile of this model (a new shape) needs it, or torch stops
-            torch._dynamo.config.caching_precompile = True
-        with step_context, torch._inductor.config.patch(options):
+            keep_traced_programs()
+        with step_context, inductor_options(options):
             net = torch.compile(net, mode=mode)
         if self.traced and compile_counters()["caches"].get("dynamo_cache_hit"):  # a program was installed
             names_past_installed()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from dataprep.torch_private import foreach_add_, foreach_lerp_, foreach_mul_, foreach_sub
+
 
 @torch.no_grad()
 def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], weight: float | torch.Tensor) -> None:
@@ -11,11 +13,11 @@ def ema_update(ema_params: list[torch.Tensor], params: list[torch.Tensor], weigh
     node to the previous one through the EMA weights, and host memory grew by ~170 KB a step. A tensor weight is a
     CUDA graph's, filled before each replay: lerp takes its weight as a number, which a capture would freeze."""
     if not isinstance(weight, torch.Tensor):
-        torch._foreach_lerp_(ema_params, params, weight)
+        foreach_lerp_(ema_params, params, weight)
         return
-    delta = torch._foreach_sub(params, ema_params)
-    torch._foreach_mul_(delta, weight)
-    torch._foreach_add_(ema_params, delta)
+    delta = foreach_sub(params, ema_params)
+    foreach_mul_(delta, weight)
+    foreach_add_(ema_params, delta)
 
 
 def ema_weight(step: int, decay: float) -> float:

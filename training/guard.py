@@ -21,8 +21,10 @@ import signal
 
 import torch
 
+from dataprep.stopping import StopOnSignal
+from dataprep.torch_private import foreach_norm
+
 from . import ddp
-from .stopping import StopOnSignal
 
 KINDS = {1: "the loss is nan", 2: "the loss is inf", 3: "the loss is -inf", 4: "the weights hold a non-finite value"}
 FIX = (
@@ -44,7 +46,7 @@ def nonfinite(named: list[tuple[str, torch.Tensor]]) -> list[str]:
     (a NaN propagates through it), then one read of the flags, the only wait."""
     if not named:
         return []
-    norms = torch._foreach_norm([t.detach() for _, t in named], math.inf)
+    norms = foreach_norm([t.detach() for _, t in named], math.inf)
     flags = torch.stack([n.float() for n in norms]).isfinite().logical_not()
     return [named[i][0] for i in flags.nonzero().flatten().tolist()]
 
@@ -84,6 +86,8 @@ class Guard:
         """Whether the run stops now (a signal reached some rank); NonFiniteError where some rank saw a non-finite
         value. Under DDP the answer is the previous call's exchange, or with `wait` this one's, the same on every
         rank; every rank must make the same calls."""
+        if not wait:  # called once a step, at its end: the stop's grace follows the time between
+            self.stop.at_boundary()
         step, kind = (self.first[0], self.first[1]) if self.first else (0, 0)
         signum = signal.Signals[self.stop.received].value if self.stop.received else 0
         rows = [[signum, step, kind]] if not self.info.enabled else self._exchange([signum, step, kind], wait)

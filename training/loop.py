@@ -18,6 +18,7 @@ from functools import partial
 
 import torch
 
+from dataprep.stopping import StopOnSignal
 from loaders.workers import worker_errors
 
 from . import cadence, ddp
@@ -25,7 +26,6 @@ from .config import TrainConfig
 from .data import check_fits
 from .ema import ema_update, ema_weight
 from .prepare import Run, mark, set_up
-from .stopping import StopOnSignal
 
 
 @dataclass

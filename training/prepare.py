@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from dataprep.stopping import StopOnSignal
+
 from . import ddp
 from .checkpoint import (
     CKPT_NAME,
@@ -35,7 +37,6 @@ from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
 from .step_graph import StepGraph
-from .stopping import StopOnSignal
 
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from .atomic import written
+from dataprep.atomic import written
 
 
 @torch.no_grad()

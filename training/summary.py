@@ -4,13 +4,11 @@ the record (800,000 floats on a full run); metrics.jsonl holds the loss of every
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from dataprep.atomic import write_json
 from dataprep.text import printable
 from loaders import backend_label
-
-from .atomic import written
 
 SUMMARY_NAME = "summary.json"
 
@@ -38,8 +36,7 @@ def record(summary: dict, run_dir: Path) -> dict:
 def write(run_dir: Path, rec: dict) -> Path:
     path = Path(run_dir) / SUMMARY_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    with written(path) as tmp:
-        tmp.write_text(json.dumps(rec, indent=1, default=str) + "\n")
+    write_json(path, rec)
     return path
 
 

@@ -16,8 +16,10 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dataprep.atomic import write_json
+
 from ..grid.job import Job
-from ..records.env import hardware, run_record, write_json_atomic
+from ..records.env import hardware, run_record
 from ..records.results import finalize
 from .probe_feed import Feed, Probe, ProbeDone
 from .probe_plan import ProbeConfig
@@ -76,7 +78,7 @@ def write_records(
             "figures": fig,
             "probe": f"fastest-probe-{grid}.json",
         }
-        write_json_atomic(out / f"{rec['name']}.json", rec)
+        write_json(out / f"{rec['name']}.json", rec)
     probe.times["total_s"] = time.perf_counter() - probe.t0
     summary = {
         "grid_id": grid,
@@ -88,7 +90,7 @@ def write_records(
         "confirmed": sum(w["kind"] == "loader" for w in probe.windows),
         "run": run,
     }
-    write_json_atomic(out / f"fastest-probe-{grid}.json", summary)
+    write_json(out / f"fastest-probe-{grid}.json", summary)
     finalize(out)
     return summary
 

@@ -19,8 +19,11 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from dataprep.atomic import written
 
 ANNOTATION = "gpufeed::fetch"
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -68,12 +71,12 @@ class ProfiledLoader:
             torch.cuda.synchronize()
         self.prof.__exit__(None, None, None)
         self.trace_path.parent.mkdir(parents=True, exist_ok=True)
-        plain = self.trace_path.with_name(self.trace_path.name.removesuffix(".gz") + ".tmp")
-        self.prof.export_chrome_trace(str(plain))  # compressed here: not every torch version gzips on export
-        self.prof = None
-        with open(plain, "rb") as src, gzip.open(self.trace_path, "wb") as dst:
-            dst.write(src.read())
-        plain.unlink()
+        with tempfile.TemporaryDirectory() as scratch:  # a folder of this process's own: nothing planted in it
+            plain = Path(scratch) / "trace.json"
+            self.prof.export_chrome_trace(str(plain))  # compressed here: not every torch version gzips on export
+            self.prof = None
+            with written(self.trace_path) as tmp, open(plain, "rb") as src, gzip.open(tmp, "wb") as dst:
+                dst.write(src.read())
         return self.trace_path
 
     def close(self) -> None:

@@ -15,7 +15,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from ..records.env import write_json_atomic
+from dataprep.atomic import write_json
+
 from .job import Job
 
 RANKS_DIR = ".ranks"  # hidden: load_records reads RESULTS/*.json only, and a rank's record is not a result
@@ -68,11 +69,11 @@ def merge(job: Job, out: Path) -> None:
         if rec is None or "error" in rec
     ]
     if bad:
-        write_json_atomic(out, {"name": job.name, "job": job.to_dict(), "error": "; ".join(bad)})
+        write_json(out, {"name": job.name, "job": job.to_dict(), "error": "; ".join(bad)})
         return
     merged = recs[0] | {"name": job.name, "job": job.to_dict(), "figures": merge_figures([r["figures"] for r in recs])}
     merged["run"] = recs[0]["run"] | {"cpus_pinned": [r["run"]["cpus_pinned"] for r in recs]}
-    write_json_atomic(out, merged)
+    write_json(out, merged)
 
 
 def clean(job: Job, out: Path) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from ..records.env import write_json_atomic
+from dataprep.atomic import write_json
+
 from .job import Job
 from .ranks import local_rank, rank_cores, rank_path
 
@@ -222,15 +223,12 @@ def record(job: Job, out: Path) -> dict:
 
 def compile_cache() -> dict:
     """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid.runner)."""
-    import torch._functorch.config as functorch
-    import torch._inductor.config as inductor
+    from dataprep.torch_private import compile_caches_on
 
     return {
         "kind": "persistent inductor FX graph and AOT autograd caches",
         "dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
-        "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
-        "autograd_cache": bool(getattr(functorch, "enable_autograd_cache", False)),
-    }
+    } | compile_caches_on()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
         rec = {"name": job.name, "job": job.to_dict(), "error": f"{type(e).__name__}: {e}"}
         traceback.print_exc()
-    write_json_atomic(out, rec)
+    write_json(out, rec)
     return 1 if "error" in rec else 0
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dataprep.atomic import write_json
+from dataprep.noreplace import rename_new
 from dataprep.stopping import Stopped
 
-from ..records.env import write_json_atomic
 from .job import BACKEND_NAMES, Job, estimate_s, expand, runs_in_words
 
 
@@ -160,7 +161,7 @@ def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 
 def _write_error(path: Path, job: Job, message: str) -> None:
-    write_json_atomic(path, {"name": job.name, "job": job.to_dict(), "error": message})
+    write_json(path, {"name": job.name, "job": job.to_dict(), "error": message})
 
 
 def finished(path: Path, job: Job) -> bool:
@@ -208,7 +209,7 @@ def set_aside_foreign_data_free(
         dst = src.with_name(f"{stem}.json")
         while dst.exists():  # never rename over a kept result
             dst, n = src.with_name(f"{stem}-{n}.json"), n + 1
-        src.rename(dst)
+        rename_new(src, dst)
         done = [j for j in done if j is not free[0]]
         echo(f"{src.name} ran on another GPU: kept as {dst.name}; measuring this GPU's data-free rate")
     return done

@@ -28,16 +28,8 @@ def main() -> None:
     except ServerError as e:
         sys.exit(f"python -m bench.objectstore serve: {e}")
     with server:
-        import boto3
-
         env = server.env()
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=server.endpoint,
-            aws_access_key_id=server.access_key,
-            aws_secret_access_key=server.secret_key,
-            region_name=server.region,
-        )
+        s3 = server.client()
         if a.bucket not in [b["Name"] for b in s3.list_buckets().get("Buckets", [])]:
             s3.create_bucket(Bucket=a.bucket)
         print("\n".join(f"export {k}={v}" for k, v in env.items()), flush=True)

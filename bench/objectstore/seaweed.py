@@ -103,6 +103,19 @@ class SeaweedServer:
             "AWS_DEFAULT_REGION": self.region,
         }
 
+    def client(self, config=None):
+        """A boto3 S3 client of this server; `config`: a botocore Config (retries, timeouts)."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=config,
+        )
+
     def command(self) -> list[str]:
         flags = [f"-{name}={port}" for name, port in self.ports.items()]
         return [
@@ -161,17 +174,9 @@ class SeaweedServer:
         """Until a signed request is answered and the master knows the `volumes` found on disk: the S3 port opens
         before the filer behind it can store anything, and after a restart the old objects' reads fail with
         InternalError ("volume not found") for up to ~4 s, until the volume server has reported them."""
-        import boto3
         from botocore.config import Config
 
-        client = boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5),
-        )
+        client = self.client(Config(retries={"max_attempts": 1}, connect_timeout=1, read_timeout=5))
         deadline, token = time.monotonic() + wait, secrets.token_hex(8).encode()
         while True:
             if self.process.poll() is not None:

@@ -3,7 +3,6 @@ record is written: atomically, so an interrupted writer leaves the old file or t
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -110,9 +109,3 @@ def run_record(device: str | None = None) -> dict:
         "hardware": hardware(device),
         "versions": versions(),
     } | ({"diff": git_diff()} if commit.endswith("+dirty") else {})
-
-
-def write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)

@@ -11,11 +11,11 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
+from dataprep.atomic import write_json
 from dataprep.paths import RESULTS, inside, open_regular
 from dataprep.text import printable
 
-from .env import write_json_atomic
-from .rows import KNOBS, SCENARIO, flat, write_csv
+from .rows import KNOBS, SCENARIO, WAITS, flat, write_csv
 from .verdicts import explained, verdict
 
 
@@ -57,13 +57,7 @@ def group(rows: list[dict]) -> list[dict]:
         for k in (
             "samples_per_s",
             "starvation",
-            "wait_median_ms",
-            "wait_p95_ms",
-            "wait_max_ms",
-            "host_behind",
-            "starvation_max",
-            "host_behind_max",
-            "starvation_any",
+            *WAITS,
             "waited_on_share",
             "data_free_host_behind",
             "first_batch_s",
@@ -155,6 +149,6 @@ def finalize(results_dir: Path) -> list[dict]:
             rec["verdict"] = verdicts[rec["name"]]
         path = Path(rec.pop("_path"))
         if rec != json.loads(path.read_text()):
-            write_json_atomic(path, rec)
+            write_json(path, rec)
     write_csv(Path(results_dir) / "results.csv", [flat(r) for r in records])
     return groups

@@ -5,12 +5,24 @@ runs are compared within: data, device, model, batch size, ...) and a configurat
 from __future__ import annotations
 
 import csv
-import os
+import io
 from pathlib import Path
+
+from dataprep.atomic import write_text
 
 # cpus: per rank; grad_sync: how the ranks average gradients (DDP as shipped where a record predates the knob)
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc", "grad_sync")
 KNOBS = ("backend", "workers", "pin_memory")
+# how long a step waited for its batch, and how often the host was behind: a run's figures, a scenario's medians
+WAITS = (
+    "wait_median_ms",
+    "wait_p95_ms",
+    "wait_max_ms",
+    "host_behind",
+    "starvation_max",
+    "host_behind_max",
+    "starvation_any",
+)
 CSV_COLUMNS = [
     "name",
     "grid_id",
@@ -35,13 +47,7 @@ CSV_COLUMNS = [
     "fed_model",
     "starvation",
     "starvation_source",
-    "wait_median_ms",
-    "wait_p95_ms",
-    "wait_max_ms",
-    "host_behind",
-    "starvation_max",
-    "host_behind_max",
-    "starvation_any",
+    *WAITS,
     "waited_on_rank",
     "waited_on_share",
     "starvation_explains",
@@ -101,9 +107,8 @@ def flat(rec: dict) -> dict:
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    os.replace(tmp, path)
+    text = io.StringIO(newline="")
+    w = csv.DictWriter(text, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    write_text(path, text.getvalue())

@@ -8,11 +8,11 @@ The record (every configuration with its figures and verdict) goes to RESULTS_DI
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
+
+from dataprep.atomic import write_json
 
 from ..records.results import load_records
 from ..records.rows import SCENARIO, flat
@@ -112,7 +112,5 @@ def _knobs(g: dict) -> dict:
 
 def write_summary(results_dir: Path, record: dict) -> Path:
     path = Path(results_dir) / "summary.json"
-    tmp = path.with_name(f".summary.json.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    write_json(path, record)
     return path

@@ -4,11 +4,11 @@ CPU budget), drawn by plots.py."""
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from dataprep.atomic import write_text
 from dataprep.paths import RESULTS, inside
 
 from ..records.results import finalize, load_records
@@ -148,9 +148,7 @@ def write_report(results_dir: Path) -> Path:
     if failed:
         lines += ["## Failed runs", "", *[f"- `{r['name']}`: {r['error']}" for r in failed], ""]
     md = results_dir / "results.md"
-    tmp = md.with_name(f".results.md.tmp-{os.getpid()}")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, md)
+    write_text(md, "\n".join(lines) + "\n")
     return md
 
 

@@ -31,7 +31,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..records.env import run_record, write_json_atomic
+from dataprep.atomic import write_json
+
+from ..records.env import run_record
 
 PHASES = (
     "entire_frame_compile",
@@ -127,7 +129,7 @@ def run(args: argparse.Namespace, name: str, cache: Path, var: dict) -> dict:
         raise SystemExit(f"{name}: train exited {done.returncode}; its log: {args.out / f'{name}.log'}")
     summary = json.loads((work / "run" / "summary.json").read_text())
     tuned = autotune_results(local / "inductor", t0)
-    write_json_atomic(args.out / f"{name}-autotune.json", tuned)
+    write_json(args.out / f"{name}-autotune.json", tuned)
     shutil.rmtree(local, ignore_errors=True)  # hundreds of MB of kernels per run on a GPU
     return {
         "name": name,
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def keep(record: dict) -> None:
         runs.append(record)
-        write_json_atomic(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
+        write_json(args.out / "cold_start.partial.json", runs)  # a call cut short keeps what it ran
 
     for r in range(args.rounds):
         for var in args.variant:
@@ -319,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         for k, v in os.environ.items()
         if k.startswith(("TORCHINDUCTOR_", "TRITON_", "TORCH_")) and "CACHE_DIR" not in k
     }
-    write_json_atomic(
+    write_json(
         args.out / "cold_start.json",
         {"config": vars(args) | {"out": str(args.out), "env": env}, "run": run_record(args.device), "runs": runs},
     )

@@ -183,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         p.error("--out is required")
-    from bench.records.env import run_record, write_json_atomic
+    from bench.records.env import run_record
+    from dataprep.atomic import write_json
 
     runs = []
     for backend in args.backends.split(","):
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
             runs.append(run(args, backend, blocks))
             print(json.dumps(runs[-1]), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(
+    write_json(
         args.out / "compile_regions.json",
         {"config": vars(args) | {"out": str(args.out)}, "run": run_record(args.device), "runs": runs},
     )

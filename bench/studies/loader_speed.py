@@ -10,7 +10,6 @@ stops after a device synchronize. The consumer touches every batch (a sum), noth
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from dataprep.atomic import write_json
 
 from ..records.env import run_record
 
@@ -199,9 +200,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.out.with_name(args.out.name + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n")
-        tmp.replace(args.out)
+        write_json(args.out, record)
     return record
 
 

@@ -40,12 +40,12 @@ DATA_OF |= {"none": "images", "none-latents": "latents"}  # the loader alone, no
 
 def write_latents(out: Path, count: int, formats: tuple[str, ...] = ("stream",)) -> None:
     """A latent dataset in `formats` (stream, hdf5), made without an autoencoder: random moments, a valid manifest."""
+    from dataprep.atomic import write_json
     from dataprep.convert_write import describe_files
     from dataprep.digest import SampleDigest
     from dataprep.formats.base import DatasetMeta
     from dataprep.formats.hdf5 import Hdf5Writer
     from dataprep.formats.stream import StreamWriter
-    from dataprep.manifest import write_json_atomic
     from dataprep.sources.base import Chunk
 
     out.mkdir(parents=True)
@@ -85,7 +85,7 @@ def write_latents(out: Path, count: int, formats: tuple[str, ...] = ("stream",))
         "skipped": [],
         "source": {"kind": "synthetic-latents", "path": None, "split": "train"},
     }
-    write_json_atomic(out / "manifest.json", manifest)
+    write_json(out / "manifest.json", manifest)
 
 
 def prepare(server, bucket: str, images: int, latents: int, tmp: Path) -> None:

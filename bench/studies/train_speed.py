@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -46,6 +44,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from dataprep.atomic import write_json
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps
@@ -279,6 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
         ok = [m for m in results if "error" not in results[m]]
         record["best_mode"] = max(ok, key=lambda m: results[m]["images_per_s"], default=None)
         if args.out:  # after every mode, so a run cut short by a time limit keeps what it measured
+            args.out.parent.mkdir(parents=True, exist_ok=True)
             write_json(args.out, record)
     if record["best_mode"]:
         print(f"best: {record['best_mode']}, {results[record['best_mode']]['images_per_s']:.0f} images/s")
@@ -301,13 +301,6 @@ def run_mode(mode: str, args: argparse.Namespace, x: torch.Tensor, per_image: in
         flush=True,
     )
     return r
-
-
-def write_json(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..records.env import run_record, write_json_atomic
+from dataprep.atomic import write_json
+
+from ..records.env import run_record
 
 HERE = Path(__file__).resolve().parents[2]
 
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         "after_over_before": round(median["after"] / median["before"], 3),
         "after_over_before_cpu": round(cpu["after"] / cpu["before"], 3),
     }
-    write_json_atomic(args.out, record)
+    write_json(args.out, record)
     print(
         f"median wall before {median['before']} s, after {median['after']} s: ratio {record['after_over_before']}; "
         f"CPU {cpu['before']} s, {cpu['after']} s: ratio {record['after_over_before_cpu']}"

@@ -11,9 +11,9 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from dataprep.atomic import write_json
 from training.summary import MIN_TIMED_STEPS
 
-from ..records.env import write_json_atomic
 from ..records.thresholds import BUSY
 from ..report.answer import busy_line
 from .launch import run_program
@@ -83,7 +83,7 @@ def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     summary = summarise(cfg, runs) | {"kind": "watch", "exit_code": code, "run": run_record()}
     summary["run"]["hardware"] |= next((x["where"] for x in runs if x["where"]), {})
     cfg.out.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(cfg.out / "watch.json", summary)
+    write_json(cfg.out / "watch.json", summary)
     return code, summary
 
 

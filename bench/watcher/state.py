@@ -5,12 +5,14 @@ every FLUSH_S seconds and at exit (a crash, Ctrl-C or a rank killed by torchrun 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import json
 import os
 import socket
 import sys
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .meter import StepMeter, now
 
@@ -91,10 +93,23 @@ class ProcessState:
         rec = self.record(final)
         path = os.path.join(self.settings.out, f"rank-{rec['host']}-{rec['pid']}.json")
         os.makedirs(self.settings.out, exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(rec, f, indent=1)
-        os.replace(tmp, path)
+        _writer().write_json(path, rec)
+
+
+WRITER = "dataprep.atomic"  # the one atomic writer, beside bench wherever gpufeed is installed
+_PRIVATE = "_gpufeed_atomic"
+
+
+def _writer():
+    """The one atomic writer, loaded from its file under a private name: inside a watched program the package names
+    of gpufeed stay the program's own."""
+    if _PRIVATE not in sys.modules:
+        path = Path(__file__).resolve().parents[2].joinpath(*WRITER.split(".")).with_suffix(".py")
+        spec = importlib.util.spec_from_file_location(_PRIVATE, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[_PRIVATE] = module
+    return sys.modules[_PRIVATE]
 
 
 def _where() -> dict:

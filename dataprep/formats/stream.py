@@ -74,7 +74,7 @@ def decode(items: list[dict], manifest: dict) -> Chunk:
 class StreamWriter(FormatWriter):
     def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
         try:
-            from litdata.streaming.writer import BinaryWriter
+            from ..litdata_private import binary_writer
         except ImportError:
             raise ValueError(
                 "the stream format needs the 'stream' extra (LitData): pip install -e '.[stream]'"
@@ -82,7 +82,7 @@ class StreamWriter(FormatWriter):
         super().__init__(out_dir, meta, workers, progress)
         self.root = self.out_dir / DIRNAME
         self.root.mkdir(parents=True)
-        self.writer = BinaryWriter(str(self.root), chunk_size=shard_samples(meta.record_bytes))
+        self.writer = binary_writer(str(self.root), shard_samples(meta.record_bytes))
         self.count = 0
 
     def write(self, chunk: Chunk, encoded: None = None) -> None:

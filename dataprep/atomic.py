@@ -1,17 +1,20 @@
-"""Files that `train` writes whole or not at all: `.NAME.tmp-PID` beside NAME, renamed over it when complete.
+"""Files written whole or not at all: `.NAME.tmp-PID` beside NAME, renamed over it when complete. Every file that
+dataprep, train and bench write in place (a manifest, a checkpoint, a compile-cache file, a result) goes through
+`written`: the one place that makes a temporary name, so none can write through a link planted there.
 
-A checkpoint or a compile-cache file is written under a temporary name and renamed into place, so a crash mid-write
-leaves the previous file intact. The writer holds an exclusive `flock` on its temporary file while it writes; the
-kernel drops it when the process dies however it dies, so the next run can tell a killed writer's leftover (no lock,
-the process gone) from a live one's and remove it. A hard stop (training.stopping) removes the files this process is
-writing before it exits: nothing half-written outlives it. Torch-free: the compile cache's bytecode side uses it
-before torch is imported.
+A crash mid-write leaves the previous file intact. The writer holds an exclusive `flock` on its temporary file while
+it writes; the kernel drops it when the process dies however it dies, so the next run can tell a killed writer's
+leftover (no lock, the process gone) from a live one's and remove it. A hard stop (dataprep.stopping) removes the
+files this process is writing before it exits: nothing half-written outlives it. Torch-free: the compile cache's
+bytecode side uses it before torch is imported; it imports nothing of gpufeed, so `bench watch` can load
+it inside a watched program under a private name (bench.watcher.state).
 """
 
 from __future__ import annotations
 
 import fcntl
 import glob
+import json
 import os
 import stat
 import threading
@@ -19,11 +22,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from dataprep.leftovers import pid_alive
-
 _in_flight: set[str] = set()  # temporary files this process is writing now
 _lock = threading.Lock()
 _closed = threading.Event()  # a hard stop is removing them: no new one may start
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
 
 
 def close_all() -> list[str]:
@@ -58,6 +70,43 @@ def written(path: Path, mode: int = 0o666) -> Iterator[Path]:
         _in_flight.discard(str(tmp))
         tmp.unlink(missing_ok=True)
         os.close(fd)
+
+
+def write_text(path: os.PathLike | str, text: str, mode: int = 0o666) -> None:
+    """Write `text` to `path` whole or not at all, through `written`."""
+    with written(Path(path), mode) as tmp, open(tmp, "w", encoding="utf-8", opener=_no_follow) as f:
+        f.write(text)
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """Open the temporary file `written` made, never a link put in its place since."""
+    return os.open(path, flags | os.O_NOFOLLOW)
+
+
+def write_json(path: os.PathLike | str, obj: object) -> None:
+    """Write `obj` as indented JSON (values JSON cannot hold as their str) to `path`, whole or not at all."""
+    write_text(path, json.dumps(obj, indent=1, default=str) + "\n")
+
+
+LOCK = ".lock"  # in a temporary folder: its writer holds an flock on it while it writes there
+
+
+def owner_alive(tmp: Path, pid: int) -> bool:
+    """Whether process `pid`, which writes the temporary folder `tmp` (a conversion's output, a stream cache),
+    still does: it holds the lock on `tmp`'s LOCK, or it took none yet and runs."""
+    try:
+        fd = os.open(tmp / LOCK, os.O_RDWR | os.O_NONBLOCK)
+    except FileNotFoundError:  # killed before it took the lock, after it let it go, or tmp itself is gone
+        return pid_alive(pid)
+    except OSError:
+        return True  # cannot tell: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock if we got it
+    return False
 
 
 def _writer_alive(leftover: Path, pid: int) -> bool:

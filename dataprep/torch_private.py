@@ -1,17 +1,106 @@
-"""The private parts of torch that compiled runs use, each looked for before it is used: Dynamo's counters of where the
-compile time went, AOTAutograd's switch for graphs holding a custom autograd.Function, the local Inductor cache folder,
-and what keeping Dynamo's traced program needs (`train --compile-traced-program`: torch's caching precompile). A torch
-without one, or with it otherwise, runs the same: it compiles anew, or its record says less, and a line says why.
+"""Every private part of torch that gpufeed uses, here and nowhere else, each listed in USED and pinned by a test to
+the torch versions setup.cfg names (tests/test_private_apis.py): the foreach kernels of the EMA and the weight check,
+a DataLoader's worker shutdown, Dynamo's counters of where the compile time went, AOTAutograd's switch for graphs
+holding a custom autograd.Function, the local Inductor cache folder, Inductor's options, and what keeping Dynamo's
+traced program needs (`train --compile-traced-program`: torch's caching precompile). Where a torch has one of the
+compile parts not as expected, the run is the same: it compiles anew, or its record says less, and a line says why.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import re
 import sys
 
 import torch
+
+# the private names used, for the version pin: a torch without one of them is not one gpufeed was tested with
+USED = (
+    "torch._foreach_add_",
+    "torch._foreach_copy_",
+    "torch._foreach_lerp_",
+    "torch._foreach_mul_",
+    "torch._foreach_norm",
+    "torch._foreach_sub",
+    "torch.utils.data.dataloader._MultiProcessingDataLoaderIter._shutdown_workers",
+    "torch._dynamo.utils.calculate_time_spent",
+    "torch._dynamo.utils.counters",
+    "torch._dynamo.config.caching_precompile",
+    "torch._dynamo.config.optimize_ddp",
+    "torch._dynamo.bytecode_transformation._unique_id_counter",
+    "torch._functorch.config.autograd_cache_allow_custom_autograd_functions",
+    "torch._functorch.config.enable_autograd_cache",
+    "torch._inductor.config.fx_graph_cache",
+    "torch._inductor.config.patch",
+    "torch._inductor.list_mode_options",
+    "torch._inductor.runtime.cache_dir_utils.cache_dir",
+)
+
+# the foreach kernels: one launch for a whole list of tensors (the EMA, the weight check, gradient copies)
+foreach_add_, foreach_copy_, foreach_lerp_ = torch._foreach_add_, torch._foreach_copy_, torch._foreach_lerp_
+foreach_mul_, foreach_norm, foreach_sub = torch._foreach_mul_, torch._foreach_norm, torch._foreach_sub
+
+
+def missing(names: tuple[str, ...] = USED) -> list[str]:
+    """The names this torch lacks (each imported down to its module, then looked up attribute by attribute)."""
+    return [name for name in names if not _resolves(name)]
+
+
+def _resolves(name: str) -> bool:
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                found = getattr(found, attr)
+        except AttributeError:
+            return False
+        return True
+    return False
+
+
+def workers_running(loader) -> bool:
+    """Whether a DataLoader with persistent workers holds an iterator, and so workers, from an earlier epoch."""
+    return getattr(loader, "_iterator", None) is not None
+
+
+def shutdown_workers(loader) -> None:
+    """Stop a DataLoader's worker processes now and drop its iterator: torch has no public call for it, and left to
+    the collector the workers outlive the loader's close()."""
+    iterator = getattr(loader, "_iterator", None)
+    if iterator is not None:
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # a single-process iterator has none
+        if shutdown is not None:
+            shutdown()
+        loader._iterator = None
+
+
+def keep_traced_programs() -> None:
+    """Dynamo's caching precompile on, for every later compile of the model too (a new shape), or torch stops."""
+    torch._dynamo.config.caching_precompile = True
+
+
+def inductor_options(options: dict):
+    """A context in which Inductor's global options are `options`."""
+    import torch._inductor.config
+
+    return torch._inductor.config.patch(options)
+
+
+def compile_caches_on() -> dict[str, bool]:
+    """Whether Inductor's FX-graph cache and AOTAutograd's cache are on, as torch's config says."""
+    import torch._functorch.config as functorch
+    import torch._inductor.config as inductor
+
+    return {
+        "fx_graph_cache": bool(getattr(inductor, "fx_graph_cache", False)),
+        "autograd_cache": bool(getattr(functorch, "enable_autograd_cache", False)),
+    }
 
 
 def inductor_dir() -> str | None:

@@ -1,0 +1,90 @@
+"""Every part of LitData that gpufeed uses beyond `litdata.StreamingDataset` and `StreamingDataLoader`, here and
+nowhere else, each listed in USED and pinned by a test to the LitData versions setup.cfg names
+(tests/test_private_apis.py): the shard writer, the S3 downloader's registry and its publish step (where each shard's
+sha256 is checked before the reader sees it), the ranks a dataset reads for, the flag that makes it fetch with boto3,
+and the prefetch thread's crash report. Imported only where LitData is installed (the 'stream' extra)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import torch_private
+
+USED = (
+    "litdata.streaming.writer.BinaryWriter",
+    "litdata.streaming.downloader.S3Downloader.download_file",
+    "litdata.streaming.downloader.S3Downloader._publish_file",
+    "litdata.streaming.downloader.register_downloader",
+    "litdata.streaming.downloader._OBSTORE_INIT_PID",
+    "litdata.utilities.env._DistributedEnv",
+    "litdata.streaming.reader.PrepareChunksThread._report_crash",
+)
+
+
+def missing() -> list[str]:
+    """The names of USED this LitData lacks."""
+    return torch_private.missing(USED)
+
+
+def binary_writer(root: str, chunk_size: int):
+    """LitData's shard writer into `root`, `chunk_size` samples a shard."""
+    from litdata.streaming.writer import BinaryWriter
+
+    return BinaryWriter(root, chunk_size=chunk_size)
+
+
+def fetch_with_boto3() -> None:
+    """LitData fetches with obstore where it is installed, and falls back to boto3 in a process it believes forked
+    after obstore started (its `_OBSTORE_INIT_PID`): mark this process so. A LitData without it: nothing changes."""
+    import litdata.streaming.downloader as downloader
+
+    if hasattr(downloader, "_OBSTORE_INIT_PID"):
+        downloader._OBSTORE_INIT_PID = -1
+
+
+def read_for_ranks(dataset, world_size: int, rank: int) -> None:
+    """The ranks `dataset` splits its shards over, set outright (one node): LitData otherwise reads them from
+    whatever process group is or is not initialised."""
+    from litdata.utilities.env import _DistributedEnv
+
+    dataset.distributed_env = _DistributedEnv(world_size, rank, 1)
+
+
+def use_s3_downloader(check: Callable[[str, str, str], None], explain: Callable[[Exception, str], None]) -> None:
+    """Fetch s3:// files with LitData's S3 downloader, calling `explain(error, remote path)` on a failed download (it
+    raises gpufeed's own error, or returns to let LitData's through) and `check(downloaded, local path, remote
+    folder)` before each file is published to the reader (it raises to refuse the file)."""
+    from litdata.streaming.downloader import S3Downloader, register_downloader
+
+    class CheckingS3Downloader(S3Downloader):
+        def download_file(self, remote_filepath: str, local_filepath: str) -> None:
+            try:
+                super().download_file(remote_filepath, local_filepath)
+            except Exception as e:
+                explain(e, remote_filepath)
+                raise
+
+        def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
+            check(tmp_path, local_filepath, self._remote_dir)
+            super()._publish_file(tmp_path, local_filepath)
+
+    register_downloader("s3://", CheckingS3Downloader, overwrite=True)
+
+
+def unprinted_crashes(kind: type[BaseException]) -> None:
+    """LitData prints the whole traceback of a prefetch thread that died (PrepareChunksThread._report_crash) before
+    the reader raises the error again: leave those of `kind` unprinted. Without LitData: nothing to do."""
+    try:
+        from litdata.streaming.reader import PrepareChunksThread
+    except ImportError:
+        return
+    report = getattr(PrepareChunksThread, "_report_crash", None)
+    if report is None or getattr(report, "gpufeed", False):
+        return
+
+    def _report_crash(thread, exc: BaseException) -> None:
+        if not isinstance(exc, kind):
+            report(thread, exc)
+
+    _report_crash.gpufeed = True
+    PrepareChunksThread._report_crash = _report_crash
