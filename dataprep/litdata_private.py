@@ -2,7 +2,9 @@
 nowhere else, each listed in USED and pinned by a test to the LitData versions setup.cfg names
 (tests/test_private_apis.py): the shard writer, the S3 downloader's registry and its publish step (where each shard's
 sha256 is checked before the reader sees it), the ranks a dataset reads for, the flag that makes it fetch with boto3,
-and the prefetch thread's crash report. Imported only where LitData is installed (the 'stream' extra)."""
+the prefetch thread's crash report, and the in-shard shuffle (a subclass of LitData's: `AlignedStreamingDataset`,
+built on first use so that importing this module does not import LitData). Imported only where LitData is installed
+(the 'stream' extra)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ USED = (
     "litdata.streaming.downloader._OBSTORE_INIT_PID",
     "litdata.utilities.env._DistributedEnv",
     "litdata.streaming.reader.PrepareChunksThread._report_crash",
+    "litdata.streaming.shuffle.FullShuffle",
+    "litdata.streaming.dataset.StreamingDataset._create_shuffler",
 )
 
 
@@ -88,3 +92,48 @@ def unprinted_crashes(kind: type[BaseException]) -> None:
 
     _report_crash.gpufeed = True
     PrepareChunksThread._report_crash = _report_crash
+
+
+def _aligned_classes() -> dict:
+    """LitData's StreamingDataset with its in-shard block shuffle counted from the shard's first item.
+
+    LitData decodes a shard's items a window of `batch_decode` rows at a time, windows counted from the shard's first
+    item, and keeps one decoded window. Its block shuffle (`item_shuffle_window`) counts blocks from the first item of
+    the part a worker reads instead: where a shard is split between two workers or ranks (at each boundary of their
+    parts, every epoch), that part's blocks straddle two windows and its items alternate between them, each item
+    decoding a whole window again. Counting blocks from the shard's first item decodes each window once."""
+    import numpy as np
+    from litdata import StreamingDataset
+    from litdata.streaming.shuffle import FullShuffle
+
+    class AlignedShuffle(FullShuffle):
+        def __call__(self, array, num_chunks: int, current_epoch: int, chunk_index: int) -> list[int]:
+            rng = np.random.RandomState([self.seed, num_chunks, current_epoch, chunk_index])
+            items = np.asarray(array, dtype=np.int64)
+            if len(items) < 2:
+                return items.tolist()
+            first = int(self.cache.get_chunk_intervals()[chunk_index][0])
+            keys = (items - first) // max(1, self.item_window)
+            blocks = [items[keys == k] for k in np.unique(keys)]
+            for block in blocks:
+                rng.shuffle(block)
+            rng.shuffle(blocks)
+            return np.concatenate(blocks).tolist()
+
+    class AlignedStreamingDataset(StreamingDataset):
+        def _create_shuffler(self, cache):
+            shuffler = super()._create_shuffler(cache)
+            if type(shuffler) is FullShuffle:
+                return AlignedShuffle(cache, shuffler.seed, shuffler.drop_last, item_window=shuffler.item_window)
+            return shuffler
+
+    for cls in (AlignedShuffle, AlignedStreamingDataset):
+        cls.__qualname__ = cls.__name__  # found by name here when a worker unpickles the dataset
+    return {"AlignedShuffle": AlignedShuffle, "AlignedStreamingDataset": AlignedStreamingDataset}
+
+
+def __getattr__(name: str):
+    if name in ("AlignedShuffle", "AlignedStreamingDataset"):
+        globals().update(_aligned_classes())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -117,7 +117,7 @@ class StreamLoader(Loader):
         on)."""
         from litdata import StreamingDataLoader
 
-        from .stream_shuffle import AlignedStreamingDataset
+        from dataprep.litdata_private import AlignedStreamingDataset
 
         o = self.opts
         source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)
@@ -132,7 +132,8 @@ class StreamLoader(Loader):
             max_pre_download=max(2, o.prefetch),
             # a shard's items in blocks of DECODE_ROWS, the blocks in random order and the items within each: every
             # block is decoded once, as the shard stores it (Arrow record batches of that many rows where pyarrow wrote
-            # it), where a full in-shard shuffle decoded a whole block for each item read (loaders.stream_shuffle)
+            # it), where a full in-shard shuffle decoded a whole block for each item read (litdata_private's
+            # AlignedStreamingDataset)
             item_shuffle_window=DECODE_ROWS,
             batch_decode=DECODE_ROWS,
             storage_options={"config": client_config()} if self.remote else None,

@@ -16,6 +16,8 @@ import os
 import shutil
 from pathlib import Path
 
+from ..noreplace import rename_new
+
 SHAPES = {
     "sd": dict(in_channels=3, block_out_channels=(128, 256, 512, 512), latent_channels=4, scaling_factor=0.18215),
     "audioldm": dict(in_channels=1, block_out_channels=(128, 256, 512), latent_channels=8, scaling_factor=1.0),
@@ -46,7 +48,7 @@ def make_vae(out: Path, shape: str = "sd") -> dict:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         vae.save_pretrained(tmp)
-        os.replace(tmp, out)
+        rename_new(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ..noreplace import rename_new
 from ..paths import NotRegularError, require_regular
 from .base import TextEmbeddings, TextEncoder, TextEncoderError
 
@@ -101,7 +102,7 @@ def save_folder(path: Path, model: torch.nn.Module, tokenizer) -> Path:
         logging.disable_progress_bar()
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        os.replace(tmp, path)
+        rename_new(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return path
