@@ -128,10 +128,17 @@ class Compiled:
 
 
 def for_run(
-    cfg, model: str, model_config: dict, device: str, world_size: int, set_up: dict[str, float] | None = None
+    cfg,
+    model: str,
+    model_config: dict,
+    device: str,
+    world_size: int,
+    set_up: dict[str, float] | None = None,
+    *,
+    grad_sync: str = "ddp",
 ) -> Compiled:
     """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
-    points of the set-up passed so far, in seconds since launch."""
+    points of the set-up passed so far, in seconds since launch; `grad_sync`: the way the run takes."""
     missing = cache_custom_autograd_functions()
     if cfg.compile_cache is None:
         return Compiled(None, set_up)
@@ -146,8 +153,8 @@ def for_run(
         "vae": cfg.vae,
         "device": device.split(":")[0],
     }
-    if (world_size > 1 or cfg.grad_sync == "step-graph") and cfg.grad_sync != "ddp":  # other graphs (DDP's split at
-        shape["grad_sync"] = cfg.grad_sync  # its buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
+    if (world_size > 1 or grad_sync == "step-graph") and grad_sync != "ddp":  # other graphs (DDP's split at its
+        shape["grad_sync"] = grad_sync  # buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
     # ranks would write each other's programs; not tried with them or --vae
     traced = cfg.compile_traced_program and world_size == 1 and cfg.vae is None
     why_not = traced_programs_unsupported() if traced else None

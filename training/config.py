@@ -15,7 +15,8 @@ LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
 MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
 PRECISIONS = ("bf16", "fp16", "fp32")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's (a test matches them)
+GRAD_SYNC_WAYS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's ways
+GRAD_SYNCS = ("auto", *GRAD_SYNC_WAYS)  # auto: the fastest measured way that applies (training.grad_sync.choose)
 
 
 def default_compile_cache() -> Path:
@@ -56,10 +57,9 @@ class TrainConfig:
     # keep Dynamo's traced program in it too (training.compile_cache): 2.5 s less of an H100's start from the cache,
     # but torch weakens the program's guards and keys it by the forward's name alone in the shared local cache: opt-in
     compile_traced_program: bool = False
-    # under torchrun: how the ranks average gradients (training.grad_sync). DDP as torch ships it until the other
-    # candidates are measured on GPUs; all give the same losses to rounding. "step-graph" captures the whole step as
-    # one CUDA graph, on one GPU too; torch.compile then makes its kernels alone (compile_mode is not used)
-    grad_sync: str = "ddp"
+    # under torchrun: how the ranks average gradients (training.grad_sync); all give the same losses to rounding.
+    # "auto": the step graph (the whole step as one CUDA graph) where it applies, the fastest measured; DDP elsewhere
+    grad_sync: str = "auto"
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously

@@ -29,7 +29,7 @@ from .compile_cache import for_run, since_launch
 from .config import TrainConfig
 from .data import DataSpec, EpochStream, choose_loader, data_spec, open_loader
 from .ema import ema_update
-from .grad_sync import wrap
+from .grad_sync import choose, wrap
 from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
@@ -106,19 +106,28 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes)
     stateful = _build(cfg, mcfg, device)
     diffusion = GaussianDiffusion().to(device)
-    train_config = cfg.to_dict() | {"model": spec.model, "world_size": info.world_size}
+    way, why = choose(
+        cfg.grad_sync,
+        compiled=cfg.compile,
+        device=device,
+        world_size=info.world_size,
+        precision=cfg.precision,
+        vae=cfg.vae is not None,
+    )
+    train_config = cfg.to_dict() | {"model": spec.model, "world_size": info.world_size, "grad_sync": way}
     mark(set_up, "model on the device")  # CUDA's start included
     ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
     state = _resume(cfg, info, stop, ckpt_path, stateful, asdict(mcfg), train_config, record)
-    net, sync_grads, autocast, compiled = _compile(cfg, stateful["model"], spec.model, mcfg, device, info, set_up)
+    net, sync_grads, autocast, compiled = _compile(cfg, way, stateful["model"], spec.model, mcfg, device, info, set_up)
     graph = None
-    if cfg.grad_sync == "step-graph":  # after the resume: the captured optimizer reads the resumed state
+    if way == "step-graph":  # after the resume: the captured optimizer reads the resumed state
         ema_params, params = list(stateful["ema"].parameters()), list(stateful["model"].parameters())
         graph = StepGraph(stateful["optimizer"], device, partial(ema_update, ema_params, params))
     stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
 
     start_step = state["step"] if state is not None else 0
     log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
+    log.write(f"grad sync: {way} ({why})")
     if compiled is not None and compiled.cache is not None:
         log.write(f"compile cache: {compiled.cache.note}")
     preview = Preview(spec, encoder, device)
@@ -214,7 +223,9 @@ def _resume(
     return None
 
 
-def _compile(cfg: TrainConfig, model, model_name: str, mcfg, device: str, info: ddp.Dist, set_up: dict) -> tuple:
+def _compile(
+    cfg: TrainConfig, way: str, model, model_name: str, mcfg, device: str, info: ddp.Dist, set_up: dict
+) -> tuple:
     """(net, sync_grads, autocast, compiled): the model as the step calls it.
 
     Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
@@ -223,12 +234,12 @@ def _compile(cfg: TrainConfig, model, model_name: str, mcfg, device: str, info: 
     `sync_grads` then averages the gradients between backward and the optimizer; under `step-graph` the step is one
     CUDA graph of training.step_graph's, which Inductor's own (reduce-overhead) cannot sit inside, so the kernels
     compile without them. The compile cache loads first: torch.compile installs the traced program it may hold."""
-    net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
+    net, sync_grads = wrap(model, way, info.world_size)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
-        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
-        mode = None if cfg.compile_mode == "default" or cfg.grad_sync == "step-graph" else cfg.compile_mode
+        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up, grad_sync=way)
+        mode = None if cfg.compile_mode == "default" or way == "step-graph" else cfg.compile_mode
         net = compiled.compile(net, mode, autocast)
         mark(set_up, "model compiled")
     return net, sync_grads, autocast, compiled
