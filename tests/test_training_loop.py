@@ -74,12 +74,12 @@ def test_model_names_match_presets():
 
 def test_bad_config_values_are_rejected(tmp_path):
     """Invalid TrainConfig values raise ValueError naming the valid choices."""
-    with pytest.raises(ValueError, match="precision must be one of bf16, fp16, fp32"):
+    with pytest.raises(ValueError, match="precision must be one of bf16, fp32"):
         TrainConfig(data=tmp_path, precision="fp8")
     with pytest.raises(ValueError, match="loader must be one of"):
         TrainConfig(data=tmp_path, loader="nope")
-    with pytest.raises(ValueError, match="step-graph .* use --precision bf16"):
-        TrainConfig(data=tmp_path, grad_sync="step-graph", precision="fp16")
+    with pytest.raises(ValueError, match="step-graph .* without --vae's encoder"):
+        TrainConfig(data=tmp_path, grad_sync="step-graph", vae="stabilityai/sd-vae-ft-mse", loader="hdf5")
 
 
 @pytest.mark.gpu

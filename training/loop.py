@@ -152,7 +152,7 @@ def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: 
     if run.graph is not None:
         pending.append(_stage(run.graph(partial(_step_body, run), x, y, ema_weight(step, cfg.ema))))
     else:
-        if cfg.compile and cfg.compile_mode == "reduce-overhead":
+        if cfg.compile:  # torch.compile's CUDA graphs: a new step may overwrite the previous one's outputs
             torch.compiler.cudagraph_mark_step_begin()
         _step_body(run, x, y, pending)
         ema_update(run.ema_params, run.params, ema_weight(step, cfg.ema))
@@ -163,7 +163,7 @@ def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list 
     """Forward, backward, gradient sync, clip and optimizer (and the step graph's late EMA); the loss is staged into
     `pending` before the backward, so that reading it waits for the forward alone (a captured step stages it after
     its replay)."""
-    cfg, optimizer, scaler, graph = run.cfg, run.stateful["optimizer"], run.stateful["scaler"], run.graph
+    cfg, optimizer, graph = run.cfg, run.stateful["optimizer"], run.graph
     if graph is not None and run.sync_grads is None:  # one process: the forward is what it can run beside
         graph.ema_beside()
     with run.autocast:
@@ -171,18 +171,16 @@ def _step_body(run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list 
         loss = run.diffusion.loss(run.net, x, y=y).float()
     if pending is not None:
         pending.append(_stage(loss.detach()))
-    scaler.scale(loss).backward()
+    loss.backward()
     if graph is not None and run.sync_grads is not None:  # beside the all-reduce, which leaves the SMs idle
         graph.ema_beside()
     if run.sync_grads is not None:
         run.sync_grads()
     if cfg.grad_clip > 0:
-        scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
     if graph is not None:
         graph.before_optimizer()
-    scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
-    scaler.update()
+    optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # the backward hands its gradients over: no zeroing, no adding into them
     return loss.detach()
 

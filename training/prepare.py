@@ -36,7 +36,7 @@ from .starvation import StepTimer
 from .step_graph import StepGraph
 from .stopping import StopOnSignal
 
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}
 
 
 @dataclass
@@ -51,7 +51,7 @@ class Run:
     spec: DataSpec
     mcfg: object  # the model preset's config: FLOPs counted from shapes, check_fits, the checkpoint's record
     encoder: object | None  # --vae: latent.OnlineEncoder, run inside the step
-    stateful: dict  # model, ema, optimizer, scaler, schedule: what a checkpoint saves and a resume loads
+    stateful: dict  # model, ema, optimizer, schedule: what a checkpoint saves and a resume loads
     diffusion: torch.nn.Module
     net: torch.nn.Module  # the model as the step calls it: DDP-wrapped and/or compiled
     sync_grads: object | None  # averages the gradients between backward and the optimizer (training.grad_sync)
@@ -106,14 +106,7 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes)
     stateful = _build(cfg, mcfg, device)
     diffusion = GaussianDiffusion().to(device)
-    way, why = choose(
-        cfg.grad_sync,
-        compiled=cfg.compile,
-        device=device,
-        world_size=info.world_size,
-        precision=cfg.precision,
-        vae=cfg.vae is not None,
-    )
+    way, why = choose(cfg.grad_sync, compiled=cfg.compile, device=device, world_size=info.world_size, vae=bool(cfg.vae))
     train_config = cfg.to_dict() | {"model": spec.model, "world_size": info.world_size, "grad_sync": way}
     mark(set_up, "model on the device")  # CUDA's start included
     ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
@@ -179,16 +172,15 @@ def _record(cfg: TrainConfig, info: ddp.Dist, spec: DataSpec, encoder) -> dict:
 
 
 def _build(cfg: TrainConfig, mcfg, device: str) -> dict:
-    """The model, its EMA copy, the optimizer, the loss scaler and the learning-rate schedule: what a checkpoint
-    holds, by the names it holds them under."""
+    """The model, its EMA copy, the optimizer and the learning-rate schedule: what a checkpoint holds, by the names
+    it holds them under."""
     cuda = device.startswith("cuda")
     memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
     model = mcfg.build().to(device, memory_format=memory_format)
     ema_model = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=cuda)  # fused: one kernel for all params
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(cfg.warmup, 1)))
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
-    return {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
+    return {"model": model, "ema": ema_model, "optimizer": optimizer, "schedule": schedule}
 
 
 def _resume(
@@ -206,7 +198,7 @@ def _resume(
     if cfg.resume:
         state = load_checkpoint(ckpt_path, model_config=model_config, train_config=train_config)
         note = check_data(ckpt_path, state.get("data"), record["data"], cfg.resume_other_data)
-        for line in (unchecked_note(ckpt_path, state), note) if info.main else ():
+        for line in (unchecked_note(ckpt_path, state), *state["replaced"], note) if info.main else ():
             if line:
                 print(f"resume: {line}", file=sys.stderr)
         if note and state.get("data"):  # an override: the checkpoint keeps what the run trained on before
@@ -239,7 +231,7 @@ def _compile(
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
         compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up, grad_sync=way)
-        mode = None if cfg.compile_mode == "default" or way == "step-graph" else cfg.compile_mode
+        mode = None if way == "step-graph" else "reduce-overhead"
         net = compiled.compile(net, mode, autocast)
         mark(set_up, "model compiled")
     return net, sync_grads, autocast, compiled

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -76,8 +77,16 @@ class Job:
 
     @classmethod
     def from_dict(cls, d: dict) -> Job:
+        """A job from its record; a value train no longer offers becomes what is used instead, and stderr says so."""
+        from training.config import instead
+
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kept = {k: v for k, v in d.items() if k in known}
+        for key in ("precision", "grad_sync"):
+            kept[key], line = instead(key, kept.get(key, getattr(cls, key)))
+            if line:
+                print(f"bench: a job with {line}", file=sys.stderr)
+        return cls(**kept)
 
 
 def runs_in_words(names: list[str]) -> str:
