@@ -10,7 +10,7 @@ import torch
 from training_helpers import tiny_cfg
 
 from training.checkpoint import CKPT_NAME, CheckpointError
-from training.config import MODEL_NAMES, TrainConfig
+from training.config import TrainConfig
 from training.loop import main
 
 
@@ -63,13 +63,6 @@ def test_existing_run_without_resume_is_refused(cifar_small, tmp_path):
     main(cfg)
     with pytest.raises(CheckpointError, match="pass --resume"):
         main(cfg)
-
-
-def test_model_names_match_presets():
-    """The CLI's --model choices are exactly the model presets."""
-    from training.model import MODEL_PRESETS
-
-    assert set(MODEL_NAMES) == set(MODEL_PRESETS)
 
 
 def test_bad_config_values_are_rejected(tmp_path):

@@ -8,11 +8,21 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loaders import BACKENDS
 from loaders.workers import too_many_workers
 
-# "fastest": `bench fastest` picks (training.data); "stream": LitData shards, local or s3://
-LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
-MODEL_NAMES = ("ddpm_cifar10", "ddpm_audio_mel", "tiny", "dit_b2", "dit_tiny")  # training.model.MODEL_PRESETS' keys
+# The names of training: the one registry the CLIs (train, bench) and the model presets read.
+LOADER_NAMES = ("fastest", *BACKENDS)  # "fastest": `bench fastest` picks (training.data)
+# each model preset, and where its function is: imported when a run builds it (training.model.preset)
+MODELS = {
+    "ddpm_cifar10": "training.model:ddpm_cifar10",
+    "ddpm_audio_mel": "training.model:ddpm_audio_mel",
+    "tiny": "training.model:tiny",
+    "dit_b2": "training.dit:dit_b2",
+    "dit_tiny": "training.dit:dit_tiny",
+}
+MODEL_NAMES = tuple(MODELS)
+KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}  # the model a GPU trains by kind
 # each way offered has a row in docs/BENCHMARKS.md where it is the fastest measured (a test checks the names)
 PRECISIONS = ("bf16", "fp32")
 GRAD_SYNC_WAYS = ("ddp", "step-graph")  # training.grad_sync's ways

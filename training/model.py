@@ -3,6 +3,7 @@ embedding, GroupNorm(32), self-attention at chosen resolutions, skip connections
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass, replace
 
@@ -10,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dit import DIT_PRESETS
+from .config import MODELS
+from .dit import DiTConfig
 
 
 @dataclass(kw_only=True)
@@ -58,23 +60,29 @@ def tiny(**overrides) -> UNetConfig:
     return replace(UNetConfig(ch=16, ch_mult=(1, 2), num_res_blocks=1, attn_resolutions=(16,), groups=4), **overrides)
 
 
-UNET_PRESETS = {"ddpm_cifar10": ddpm_cifar10, "ddpm_audio_mel": ddpm_audio_mel, "tiny": tiny}
-MODEL_PRESETS = UNET_PRESETS | DIT_PRESETS
+def preset(name: str):
+    """The preset function registered as `name` (training.config.MODELS): its keywords override the config's."""
+    module, function = MODELS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+MODEL_PRESETS = {name: preset(name) for name in MODELS}
 
 
 def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0):
     """Preset `name` fitted to the data: input channels and size from `shape` (C, H, W), and for DiT
     class-conditional where the data has two classes or more. None: the preset as it is (a loader given to the loop
     with no prepared directory)."""
+    make = MODEL_PRESETS[name]
     if shape is None:
-        return MODEL_PRESETS[name]()
+        return make()
     c, h, w = shape
-    if name in DIT_PRESETS:
-        return DIT_PRESETS[name](in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
+    if isinstance(make(), DiTConfig):
+        return make(in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
     try:
-        return UNET_PRESETS[name](in_channels=c, image_size=h)
+        return make(in_channels=c, image_size=h)
     except ValueError:  # a size the UNet cannot halve: training.data.check_fits says so, with the fix
-        return UNET_PRESETS[name](in_channels=c)
+        return make(in_channels=c)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
