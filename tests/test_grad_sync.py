@@ -121,8 +121,8 @@ def test_the_step_graph_refuses_a_batch_of_another_shape():
     from training.step_graph import StepGraph
 
     model = torch.nn.Linear(3, 1)
-    graph = StepGraph(torch.optim.Adam(model.parameters()), "cpu", ema=lambda weight: None)
+    graph = StepGraph(torch.optim.Adam(model.parameters()), "cpu")
     body = lambda x, y: model(x).square().mean()  # noqa: E731
-    assert graph(body, torch.ones(4, 3), None, 0.1).item() >= 0
+    assert graph(body, torch.ones(4, 3), None).item() >= 0
     with pytest.raises(ValueError, match=r"got \(3, 3\) after \(4, 3\)"):
-        graph(body, torch.ones(3, 3), None, 0.1)
+        graph(body, torch.ones(3, 3), None)
