@@ -209,8 +209,8 @@ def train(
 
 def _exit_now(code: int) -> None:
     """End the process after a stop: the run is saved, its loader and process group closed. The interpreter's own
-    shutdown (torch's exit handlers, freeing every module) took 3-5 s more on a busy machine, past the 5 s a stop
-    promises, and no watchdog thread can act while it runs."""
+    shutdown (torch's exit handlers, freeing every module) can outlast the 5 s a stop promises, and no watchdog thread
+    can act while it runs."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

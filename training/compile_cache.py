@@ -37,9 +37,7 @@ def since_launch() -> float:
 class Compiled:
     """A compiled run's first step: how long it took, where the time went, and the cache around it."""
 
-    def __init__(
-        self, cache: CompileCache | None, set_up: dict[str, float] | None = None, traced: bool = False
-    ) -> None:
+    def __init__(self, cache: CompileCache | None, marks: dict[str, float] | None = None, traced: bool = False) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
         # keep and install Dynamo's traced program: torch's caching precompile, asked for (off by default)
         self.traced = traced and cache is not None
@@ -47,8 +45,8 @@ class Compiled:
         self.save_error: str | None = None
         # the set-up before the first step, in seconds since launch (most of a warm start): the caller's dict,
         # which goes on filling after this point, torch.compile and the compile cache's loading
-        self.set_up = set_up if set_up is not None else {}
-        self.set_up["compile cache loaded"] = round(since_launch(), 3)
+        self.marks = marks if marks is not None else {}
+        self.marks["compile cache loaded"] = round(since_launch(), 3)
 
     def compile(self, net: torch.nn.Module, mode: str | None, step_context: AbstractContextManager) -> torch.nn.Module:
         """torch.compile(net) inside the context the training step runs its forward in (its autocast). Where the
@@ -121,7 +119,7 @@ class Compiled:
             "first_step_s": self.seconds,
             "since_launch_s": self.since_launch,
             "timed_since_launch_s": self.timed_since_launch,
-            "set_up_s": self.set_up,
+            "set_up_s": self.marks,
             **self.counters,
             "cache": cache,
         }
@@ -133,15 +131,15 @@ def for_run(
     model_config: dict,
     device: str,
     world_size: int,
-    set_up: dict[str, float] | None = None,
+    marks: dict[str, float] | None = None,
     *,
     grad_sync: str = "ddp",
 ) -> Compiled:
-    """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
+    """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `marks`: the
     points of the set-up passed so far, in seconds since launch; `grad_sync`: the way the run takes."""
     missing = cache_custom_autograd_functions()
     if cfg.compile_cache is None:
-        return Compiled(None, set_up)
+        return Compiled(None, marks)
     shape = {
         "model": model,
         "model_config": model_config,
@@ -161,4 +159,4 @@ def for_run(
     cache = CompileCache(cfg.compile_cache, shape, device)
     cache.load()
     cache.note += "".join(f"; {line}" for line in (missing, why_not) if line)
-    return Compiled(cache, set_up, traced=traced and why_not is None)
+    return Compiled(cache, marks, traced=traced and why_not is None)
