@@ -9,6 +9,7 @@ import click
 
 from dataprep.cli_common import data_location, renamed, take_renamed
 from dataprep.text import printable
+from training.config import PRECISIONS
 
 from .cli_checks import answer, check_cpus, pick_device
 from .cli_loaders import grid_config, loaders_options
@@ -158,9 +159,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
     help="Ranks training will run: their results win, else one process's.",
 )
 @click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option(
-    "--precision", type=click.Choice(["bf16", "fp16", "fp32"]), default=None, help="[default: bf16; fp32 on a CPU]."
-)
+@click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[default: bf16; fp32 on a CPU].")
 @click.option("--compile/--no-compile", default=False)
 @click.option(
     "--results",

@@ -13,7 +13,7 @@ import click
 from dataprep.cli_common import check_vae_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
-from training.config import GRAD_SYNCS
+from training.config import GRAD_SYNC_WAYS, PRECISIONS
 
 from .cli_checks import (
     check_cpus,
@@ -96,7 +96,7 @@ OPTIONS = (
     ),
     click.option(
         "--precision",
-        type=click.Choice(["bf16", "fp16", "fp32"]),
+        type=click.Choice(PRECISIONS),
         default=None,
         help="[default: bf16; fp32 on a CPU, as train takes there].",
     ),
@@ -108,7 +108,7 @@ OPTIONS = (
     ),
     click.option(
         "--grad-sync",
-        type=click.Choice(GRAD_SYNCS),
+        type=click.Choice(GRAD_SYNC_WAYS),
         default="ddp",
         help="With --nproc: how the ranks average gradients (train --grad-sync; step-graph applies on one GPU too).",
     ),

@@ -28,6 +28,11 @@ EXTRAS = {
     "botocore": "stream",
 }
 NEEDS_FORMAT = {"torch": "files", "hdf5": "hdf5", "ffcv": "ffcv", "dali": "dali", "gpu": "hdf5", "stream": "stream"}
+# the knobs each backend uses: `gpu` has no workers and no host copies; FFCV and DALI manage their own page-locked
+# buffers and run max(1, workers) threads, so 0 and 1 workers are one configuration for them
+USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
+USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False, "stream": True}
+MIN_WORKERS = {"ffcv": 1, "dali": 1}
 
 
 def backend_label(name: str, device: str) -> str:
@@ -92,4 +97,13 @@ def build_loader(name: str, data_dir: str | Path, **options):
         ) from None
 
 
-__all__ = ["BACKENDS", "LoaderError", "backend_label", "build_loader"]
+__all__ = [
+    "BACKENDS",
+    "MIN_WORKERS",
+    "NEEDS_FORMAT",
+    "USES_PIN",
+    "USES_WORKERS",
+    "LoaderError",
+    "backend_label",
+    "build_loader",
+]

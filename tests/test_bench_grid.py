@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.grid.job import BACKEND_NAMES, MODEL_CHOICES, collapse, estimate_s, expand
+from bench.grid.job import BACKEND_NAMES, collapse, estimate_s, expand
 from bench.grid.runner import GridConfig, finished, run_grid
 from bench.report.tables import write_report
 
@@ -33,15 +33,6 @@ def image_data(tmp_path_factory) -> Path:
         )
     )
     return out
-
-
-def test_names_match_the_registries():
-    """The CLI's backend and model lists are the loaders' registry and the model presets (plus none)."""
-    from loaders import BACKENDS
-    from training.model import MODEL_PRESETS
-
-    assert set(BACKEND_NAMES) == set(BACKENDS)
-    assert set(MODEL_CHOICES) == set(MODEL_PRESETS) | {"none"}
 
 
 def test_knobs_a_backend_ignores_are_collapsed(monkeypatch):

@@ -69,12 +69,13 @@ def test_data_free_alone_with_another_grad_sync(data, tmp_path):
     names the runs, so DDP's results and another way's sit side by side."""
     out = tmp_path / "results"
     done = CliRunner().invoke(
-        cli, args(data, out, "--backends", "none", "--batch-size", "16", "--nproc", "2", "--grad-sync", "flat")
+        cli, args(data, out, "--backends", "none", "--batch-size", "16", "--nproc", "2", "--grad-sync", "step-graph")
     )
     assert done.exit_code == 0, done.output
     (rec,) = [json.loads(p.read_text()) for p in out.glob("datafree-*.json")]
     # fp32: the CPU's default precision
-    assert rec["name"] == "datafree-np2-bs16-tiny-cpusall-fp32-flat-cpu-r0" and rec["job"]["grad_sync"] == "flat"
+    assert rec["name"] == "datafree-np2-bs16-tiny-cpusall-fp32-step-graph-cpu-r0"
+    assert rec["job"]["grad_sync"] == "step-graph"
     ranks = rec["figures"]["ranks"]
     assert len(ranks) == 2 and ranks[0]["param_checksum"] == ranks[1]["param_checksum"]
 

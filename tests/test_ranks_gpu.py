@@ -159,15 +159,15 @@ dist.destroy_process_group()
 """
 
 
-WAY_GROUPS = ("step-graph", "flat,ddp-nosplit,ddp-bucket100")  # with "ddp": every --grad-sync (test_grad_sync.py)
+WAY_GROUPS = ("step-graph",)  # with "ddp": every --grad-sync way (test_grad_sync.py)
 
 
 @pytest.mark.parametrize("ways", WAY_GROUPS)
 def test_every_grad_sync_compiled_with_cuda_graphs_trains_as_ddp(synthetic_images, tmp_path, ways):
     """`tiny` compiled with CUDA graphs (reduce-overhead, or the whole step's), bf16, on 2 GPUs, 40 steps of DDP and
     of each way: the ranks end with identical weights, and the losses follow DDP's (bf16 kernels are not bitwise
-    reproducible run to run, so within 2% at every step). Two groups of ways (together every way but DDP), each
-    against a DDP run of its own, so that a group fits where GPU minutes are few."""
+    reproducible run to run, so within 2% at every step). Each group of ways runs against a DDP run of its own, so
+    that a group fits where GPU minutes are few."""
     nproc = 2
     needs(nproc)
     script = tmp_path / "every_way.py"

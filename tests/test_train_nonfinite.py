@@ -117,7 +117,7 @@ RUNS = {
     "nan": (float("nan"), {}),
     "inf": (float("inf"), {}),
     "cuda": (float("nan"), ON_GPU),
-    "cuda-compiled": (float("nan"), ON_GPU | {"compile": True, "compile_mode": "reduce-overhead"}),
+    "cuda-compiled": (float("nan"), ON_GPU | {"compile": True}),
 }
 
 

@@ -165,7 +165,7 @@ def test_two_gpus_compiled_with_cuda_graphs_stay_in_step(data, tmp_path):
     if torch.cuda.device_count() < 2:
         pytest.skip(f"needs 2 GPUs, {torch.cuda.device_count()} here")
     out = tmp_path / "run"
-    extra = ("--compile", "--compile-mode", "reduce-overhead", "--ckpt-every", "0")
+    extra = ("--compile", "--grad-sync", "ddp", "--ckpt-every", "0")
     args = train_args(data, out, 30, "cuda", *extra, precision="bf16")
     done = run([*TORCHRUN, "--standalone", "--nproc_per_node", "2", *args], timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]

@@ -48,7 +48,7 @@ def test_corrupt_checkpoint_fails(cifar_small, tmp_path, damage):
 
 def test_mismatched_checkpoint_fails(cifar_small, tmp_path):
     """Resuming with another model, batch size, learning rate or precision names the mismatch instead of training on
-    (a new --lr was silently replaced by the saved one; fp16 failed inside GradScaler)."""
+    (a new --lr was silently replaced by the saved one)."""
     cfg = short_cfg(cifar_small, tmp_path / "run", steps=2)
     main(cfg)
     with pytest.raises(CheckpointError, match="saved for a different model"):
@@ -57,8 +57,8 @@ def test_mismatched_checkpoint_fails(cifar_small, tmp_path):
         main(TrainConfig(**(cfg.__dict__ | {"resume": True, "batch_size": 4})))
     with pytest.raises(CheckpointError, match="saved with lr=0.0002, now 0.0001; .*restore the saved one"):
         main(TrainConfig(**(cfg.__dict__ | {"resume": True, "lr": 1e-4})))
-    with pytest.raises(CheckpointError, match="saved with precision=fp32, now fp16"):
-        main(TrainConfig(**(cfg.__dict__ | {"resume": True, "precision": "fp16"})))
+    with pytest.raises(CheckpointError, match="saved with precision=fp32, now bf16"):
+        main(TrainConfig(**(cfg.__dict__ | {"resume": True, "precision": "bf16"})))
     assert not list((tmp_path / "run").glob(".*tmp*")), "no temporary checkpoint left behind"
 
 

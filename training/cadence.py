@@ -15,33 +15,27 @@ from .config import TrainConfig
 from .data import EpochStream
 
 if TYPE_CHECKING:
-    from .prepare import Run
+    from .prepare import Record, Run
 
 
-def sample_due(cfg: TrainConfig, step: int, info: ddp.Dist) -> bool:
+def sample_due(cfg: TrainConfig, step: int, world: ddp.Dist) -> bool:
     """Rank 0 alone samples: the grid is the same on every rank."""
-    return bool(cfg.sample_every) and (step % cfg.sample_every == 0 or step == cfg.steps) and info.main
+    return bool(cfg.sample_every) and (step % cfg.sample_every == 0 or step == cfg.steps) and world.main
 
 
 def sample(run: Run, step: int, shape: tuple[int, ...]) -> None:
     """A grid of `shape` (the data's, or the latents' under --vae) from the EMA weights, one class per image in turn
     for a class-conditional model."""
-    cfg, classes = run.cfg, run.spec.classes
-    with run.timer.paused():
-        settle_ema(run)
-        labels = torch.arange(cfg.sample_count, device=run.device) % classes if run.conditional else None
-        model = run.stateful["ema"]
-        if run.captions is not None:  # a text model: guided by the prompts, else the empty caption's samples
+    cfg, trainer, feed = run.cfg, run.trainer, run.feed
+    with run.watch.timer.paused():
+        trainer.ema.settle()
+        labels = torch.arange(cfg.sample_count, device=run.device) % feed.spec.classes if trainer.conditional else None
+        ema_model = trainer.stateful["ema"]
+        if feed.captions is not None:  # a text model: guided by the prompts, else the empty caption's samples
             from .captions import prompted
 
-            model, shape = prompted(model, run.captions, cfg, shape)
-        run.log.samples(model, run.diffusion, shape, run.spec.kind, step, labels, run.preview)
-
-
-def settle_ema(run: Run) -> None:
-    """The step graph updates the EMA a step late (training.step_graph): up to date before it is read."""
-    if run.graph is not None:
-        run.graph.settle_ema()
+            ema_model, shape = prompted(ema_model, feed.captions, cfg, shape)
+        run.watch.log.samples(ema_model, trainer.diffusion, shape, feed.spec.kind, step, labels, feed.preview)
 
 
 def checkpoint_due(cfg: TrainConfig, step: int, stopping: bool) -> bool:
@@ -52,34 +46,25 @@ def write_checkpoint(run: Run, step: int) -> bool:
     """Check the weights and optimizer moments, then write; every rank takes part (the RNG states are gathered).
     Returns whether the run stops: decided again here, with every rank's answer, so no rank writes on an old one.
     The caller has read every loss so far, so a non-finite one is known before anything is written."""
-    with run.timer.paused():
-        settle_ema(run)
-        run.guard.check_weights(step, optimizer=True)
-        stopping = run.guard.poll(wait=True)
-        save(run.ckpt_path, run.stateful, step, run.stream, run.model_config, run.train_config, run.info, run.record)
-        run.stop.last_checkpoint = f"{run.ckpt_path} (step {step}) is the last good one"
-    run.log.write(f"step {step}: checkpoint written to {run.ckpt_path}")
+    watch, record = run.watch, run.record
+    with watch.timer.paused():
+        run.trainer.ema.settle()
+        watch.guard.check_weights(step, optimizer=True)
+        stopping = watch.guard.poll(wait=True)
+        save(record, run.trainer.stateful, step, run.feed.stream, run.world)
+        watch.stop.last_checkpoint = f"{record.path} (step {step}) is the last good one"
+    watch.log.write(f"step {step}: checkpoint written to {record.path}")
     return stopping
 
 
-def save(
-    path,
-    stateful: dict,
-    step: int,
-    stream: EpochStream,
-    model_config: dict,
-    train_config: dict,
-    info: ddp.Dist,
-    record: dict,
-) -> None:
-    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise. `record`: what the run
-    trains on (checkpoint.data_identity)."""
+def save(record: Record, stateful: dict, step: int, stream: EpochStream, world: ddp.Dist) -> None:
+    """Every rank's RNG state goes into rank 0's checkpoint: each rank draws its own noise."""
     rng = [capture_rng()]
-    if info.enabled:
-        rng = [None] * info.world_size
+    if world.enabled:
+        rng = [None] * world.world_size
         torch.distributed.all_gather_object(rng, capture_rng())
-    if not info.main:
+    if not world.main:
         return
     state = {name: obj.state_dict() for name, obj in stateful.items()}
-    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng} | record
-    save_checkpoint(path, state | {"model_config": model_config, "train_config": train_config})
+    state |= {"step": step, "epoch": stream.epoch, "position": stream.position, "rng": rng} | record.trained_on
+    save_checkpoint(record.path, state | {"model_config": record.model_config, "train_config": record.train_config})

@@ -22,6 +22,7 @@ import torch
 from dataprep.atomic import remove_stale, stale_pattern, written
 from dataprep.paths import OutsideError, inside
 
+from .config import instead
 from .guard import nonfinite
 
 CKPT_NAME = "ckpt.pt"
@@ -42,7 +43,7 @@ MUST_MATCH = {
     "seed": "it fixes the data order",
     "world_size": "it fixes the data order",
     "lr": "the optimizer and schedule restore the saved one",
-    "precision": "fp16 saves a loss scaler that bf16 and fp32 do not have",
+    "precision": "the losses after a resume are then those of one run",
 }
 
 
@@ -257,6 +258,7 @@ def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> di
             f"{path}: holds non-finite values ({names}): the run that wrote it had diverged, and training on from it "
             "gives only NaN; restore an earlier copy or start a new --out"
         )
+    state["replaced"] = _replace_removed(path, state["train_config"])
     for key, why in MUST_MATCH.items():
         if state["train_config"].get(key) != train_config.get(key):
             raise CheckpointError(
@@ -264,6 +266,16 @@ def load_checkpoint(path: Path, *, model_config: dict, train_config: dict) -> di
                 f"resume with the same {key} ({why}) or start a new --out"
             )
     return state
+
+
+def _replace_removed(path: Path, train_config: dict) -> list[str]:
+    """Values train no longer offers, in a checkpoint's config, read as what is used instead; a line for each."""
+    lines = []
+    for key, value in train_config.items():
+        train_config[key], line = instead(key, value)
+        if line:
+            lines.append(f"{path} was saved with {line}")
+    return lines
 
 
 def _nonfinite(state: dict) -> list[str]:

@@ -15,7 +15,6 @@ from dataprep.cli_common import check_vae_option, data_location, renamed, take_r
 
 from .bytecode import keep_bytecode
 from .config import (
-    COMPILE_MODES,
     GRAD_SYNCS,
     LOADER_NAMES,
     MODEL_NAMES,
@@ -123,13 +122,7 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     default=_d("precision"),
     show_default=_cpu("precision", CpuDefaults.precision),
 )
-@click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet.")
-@click.option(
-    "--compile-mode",
-    type=click.Choice(COMPILE_MODES),
-    default=_d("compile_mode"),
-    help="'reduce-overhead' adds CUDA graphs.",
-)
+@click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet, with CUDA graphs.")
 @click.option(
     "--compile-cache",
     type=click.Path(file_okay=False, path_type=Path),
@@ -150,9 +143,8 @@ def _cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None)
     "--grad-sync",
     type=click.Choice(GRAD_SYNCS),
     default=_d("grad_sync"),
-    help="Under torchrun, how ranks average gradients: DDP, DDP compiled whole (ddp-nosplit), DDP with 100 MB "
-    "bucket views, one flat all-reduce after the backward (flat), or that with the whole step as one CUDA graph "
-    "(step-graph: the fastest compiled on several GPUs; bf16 or fp32, on one GPU too).",
+    help="Under torchrun, how ranks average gradients: DDP, or one all-reduce with the whole step as one CUDA graph "
+    "(step-graph, on one GPU too); auto takes step-graph for a compiled run on several GPUs, the fastest measured.",
 )
 @click.option(
     "--workers",
@@ -269,8 +261,8 @@ def train(
 
 def _exit_now(code: int) -> None:
     """End the process after a stop: the run is saved, its loader and process group closed. The interpreter's own
-    shutdown (torch's exit handlers, freeing every module) took 3-5 s more on a busy machine, past the 5 s a stop
-    promises, and no watchdog thread can act while it runs."""
+    shutdown (torch's exit handlers, freeing every module) can outlast the 5 s a stop promises, and no watchdog thread
+    can act while it runs."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

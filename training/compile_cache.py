@@ -40,9 +40,7 @@ def since_launch() -> float:
 class Compiled:
     """A compiled run's first step: how long it took, where the time went, and the cache around it."""
 
-    def __init__(
-        self, cache: CompileCache | None, set_up: dict[str, float] | None = None, traced: bool = False
-    ) -> None:
+    def __init__(self, cache: CompileCache | None, marks: dict[str, float] | None = None, traced: bool = False) -> None:
         self.cache, self.seconds, self.since_launch, self.counters, self.saved = cache, None, None, {}, None
         # keep and install Dynamo's traced program: torch's caching precompile, asked for (off by default)
         self.traced = traced and cache is not None
@@ -50,8 +48,8 @@ class Compiled:
         self.save_error: str | None = None
         # the set-up before the first step, in seconds since launch (most of a warm start): the caller's dict,
         # which goes on filling after this point, torch.compile and the compile cache's loading
-        self.set_up = set_up if set_up is not None else {}
-        self.set_up["compile cache loaded"] = round(since_launch(), 3)
+        self.marks = marks if marks is not None else {}
+        self.marks["compile cache loaded"] = round(since_launch(), 3)
 
     def compile(self, net: torch.nn.Module, mode: str | None, step_context: AbstractContextManager) -> torch.nn.Module:
         """torch.compile(net) inside the context the training step runs its forward in (its autocast). Where the
@@ -124,37 +122,44 @@ class Compiled:
             "first_step_s": self.seconds,
             "since_launch_s": self.since_launch,
             "timed_since_launch_s": self.timed_since_launch,
-            "set_up_s": self.set_up,
+            "set_up_s": self.marks,
             **self.counters,
             "cache": cache,
         }
 
 
 def for_run(
-    cfg, model: str, model_config: dict, device: str, world_size: int, set_up: dict[str, float] | None = None
+    cfg,
+    model: str,
+    model_config: dict,
+    device: str,
+    world_size: int,
+    marks: dict[str, float] | None = None,
+    *,
+    grad_sync: str = "ddp",
 ) -> Compiled:
-    """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `set_up`: the
-    points of the set-up passed so far, in seconds since launch."""
+    """The compiled run's record, its cache's artifacts loaded first (every rank loads, rank 0 saves); `marks`: the
+    points of the set-up passed so far, in seconds since launch; `grad_sync`: the way the run takes."""
     missing = cache_custom_autograd_functions()
     if cfg.compile_cache is None:
-        return Compiled(None, set_up)
+        return Compiled(None, marks)
     shape = {
         "model": model,
         "model_config": model_config,
         "batch_size": cfg.batch_size,
         "precision": cfg.precision,
-        "compile_mode": cfg.compile_mode,
+        "compile_mode": "reduce-overhead",  # the one mode offered, kept in the key so earlier caches still match
         "channels_last": cfg.channels_last,
         "world_size": world_size,
         "vae": cfg.vae,
         "device": device.split(":")[0],
     }
-    if (world_size > 1 or cfg.grad_sync == "step-graph") and cfg.grad_sync != "ddp":  # other graphs (DDP's split at
-        shape["grad_sync"] = cfg.grad_sync  # its buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
+    if (world_size > 1 or grad_sync == "step-graph") and grad_sync != "ddp":  # other graphs (DDP's split at its
+        shape["grad_sync"] = grad_sync  # buckets; step-graph's without Inductor's CUDA graphs); ddp keeps names
     # ranks would write each other's programs; not tried with them or --vae
     traced = cfg.compile_traced_program and world_size == 1 and cfg.vae is None
     why_not = traced_programs_unsupported() if traced else None
     cache = CompileCache(cfg.compile_cache, shape, device)
     cache.load()
     cache.note += "".join(f"; {line}" for line in (missing, why_not) if line)
-    return Compiled(cache, set_up, traced=traced and why_not is None)
+    return Compiled(cache, marks, traced=traced and why_not is None)

@@ -8,25 +8,51 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from loaders import BACKENDS
 from loaders.workers import too_many_workers
 
-# "fastest": `bench fastest` picks (training.data); "stream": LitData shards, local or s3://
-LOADER_NAMES = ("fastest", "torch", "hdf5", "ffcv", "dali", "gpu", "stream")
-# training.model.MODEL_PRESETS' keys; the *_text ones are conditioned on captions
-MODEL_NAMES = (
-    "ddpm_cifar10",
-    "ddpm_audio_mel",
-    "tiny",
-    "dit_b2",
-    "dit_tiny",
-    "dit_b2_text",
-    "dit_tiny_text",
-    "ddpm_cifar10_text",
-    "tiny_text",
-)
-PRECISIONS = ("bf16", "fp16", "fp32")
-COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.grad_sync's (a test matches them)
+# The names of training: the one registry the CLIs (train, bench) and the model presets read.
+LOADER_NAMES = ("fastest", *BACKENDS)  # "fastest": `bench fastest` picks (training.data)
+# each model preset, and where its function is: imported when a run builds it (training.model.preset)
+MODELS = {
+    "ddpm_cifar10": "training.model:ddpm_cifar10",
+    "ddpm_audio_mel": "training.model:ddpm_audio_mel",
+    "tiny": "training.model:tiny",
+    "dit_b2": "training.dit:dit_b2",
+    "dit_tiny": "training.dit:dit_tiny",
+    # conditioned on captions: cross-attention to the caption's tokens
+    "dit_b2_text": "training.dit_text:dit_b2_text",
+    "dit_tiny_text": "training.dit_text:dit_tiny_text",
+    "ddpm_cifar10_text": "training.unet_text:ddpm_cifar10_text",
+    "tiny_text": "training.unet_text:tiny_text",
+}
+MODEL_NAMES = tuple(MODELS)
+KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}  # the model a GPU trains by kind
+# each way offered has a row in docs/BENCHMARKS.md where it is the fastest measured (a test checks the names)
+PRECISIONS = ("bf16", "fp32")
+GRAD_SYNC_WAYS = ("ddp", "step-graph")  # training.grad_sync's ways
+GRAD_SYNCS = ("auto", *GRAD_SYNC_WAYS)  # auto: the fastest measured way that applies (training.grad_sync.choose)
+# values no longer offered, as old checkpoints and bench records name them: what is used instead, and why
+REMOVED = {
+    "precision": {"fp16": ("bf16", "bf16 autocast needs no loss scaling")},
+    "grad_sync": {
+        "flat": ("step-graph", "its one all-reduce is the step graph's"),
+        "ddp-nosplit": ("ddp", "no measurement found it faster than the step graph"),
+        "ddp-bucket100": ("ddp", "no measurement found it faster than the step graph"),
+    },
+    "compile_mode": {
+        mode: ("reduce-overhead", "torch.compile's CUDA graphs measured fastest")
+        for mode in ("default", "max-autotune", "max-autotune-no-cudagraphs")
+    },
+}
+
+
+def instead(key: str, value: object) -> tuple[object, str | None]:
+    """(the value to use, a line saying so) for a value train no longer offers; (value, None) for any other."""
+    new = REMOVED.get(key, {}).get(value)
+    if new is None:
+        return value, None
+    return new[0], f"{key}={value}, no longer offered: {new[0]} is used instead ({new[1]})"
 
 
 def default_compile_cache() -> Path:
@@ -62,21 +88,19 @@ class TrainConfig:
     warmup: int = 5000  # linear learning-rate warm-up steps, as in the paper
     grad_clip: float = 1.0  # global grad-norm clip, as in the paper; 0 disables
     ema: float = 0.9999  # EMA decay of the sampling weights, as in the paper
-    precision: str = "bf16"  # bf16 autocast needs no loss scaling; fp16 adds a GradScaler; fp32 for reference
-    compile: bool = False  # torch.compile the UNet: faster on GPU after a minute of compiling, pointless on CPU
-    # CUDA graphs ("reduce-overhead"): a compiled ddpm_cifar10 step at batch 128 is launch-bound without them
-    # (docs/BENCHMARKS.md, "What the model eats"); "default" for plain Inductor kernels; ignored on CPU
-    compile_mode: str = "reduce-overhead"
+    precision: str = "bf16"  # bf16 autocast needs no loss scaling; fp32 for reference
+    # torch.compile the UNet, with CUDA graphs ("reduce-overhead": a compiled ddpm_cifar10 step is launch-bound without
+    # them, docs/BENCHMARKS.md, "What the model eats"); faster on GPU after a minute of compiling, pointless on CPU
+    compile: bool = False
     # torch's portable compile cache (training.compile_cache): a new machine of the same GPU and torch loads the kernels
     # an earlier run saved there instead of generating and building them again; None: neither read nor written
     compile_cache: Path | None = field(default_factory=default_compile_cache)
     # keep Dynamo's traced program in it too (training.compile_cache): 2.5 s less of an H100's start from the cache,
     # but torch weakens the program's guards and keys it by the forward's name alone in the shared local cache: opt-in
     compile_traced_program: bool = False
-    # under torchrun: how the ranks average gradients (training.grad_sync). DDP as torch ships it until the other
-    # candidates are measured on GPUs; all give the same losses to rounding. "step-graph" captures the whole step as
-    # one CUDA graph, on one GPU too; torch.compile then makes its kernels alone (compile_mode is not used)
-    grad_sync: str = "ddp"
+    # under torchrun: how the ranks average gradients (training.grad_sync); all give the same losses to rounding.
+    # "auto": the step graph (the whole step as one CUDA graph) where it applies, the fastest measured; DDP elsewhere
+    grad_sync: str = "auto"
     channels_last: bool = True  # NHWC convolutions use tensor cores without transposes on CUDA
     workers: int = 4  # loader worker processes/threads (a rank's share of the CPU)
     pin_memory: bool = True  # page-locked host batches copy to the GPU asynchronously
@@ -108,7 +132,6 @@ class TrainConfig:
             (self.loader in LOADER_NAMES, f"loader must be one of {', '.join(LOADER_NAMES)}, not {self.loader!r}"),
             (self.model is None or self.model in MODEL_NAMES, f"model must be one of {', '.join(MODEL_NAMES)}"),
             (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}"),
-            (self.compile_mode in COMPILE_MODES, f"compile_mode must be one of {', '.join(COMPILE_MODES)}"),
             (self.grad_sync in GRAD_SYNCS, f"grad_sync must be one of {', '.join(GRAD_SYNCS)}"),
             (self.batch_size > 0 and self.steps > 0, "batch_size and steps must be positive"),
             (self.lr > 0 and 0 <= self.ema < 1, "lr must be positive and ema in [0, 1)"),
@@ -118,9 +141,9 @@ class TrainConfig:
             ),
             (self.ckpt_every >= 0 and self.log_every > 0, "ckpt_every must be >= 0 and log_every positive"),
             (
-                self.grad_sync != "step-graph" or (self.precision != "fp16" and not self.vae),
-                "--grad-sync step-graph captures the step as one CUDA graph, without fp16's loss scaling or --vae's "
-                "encoder: use --precision bf16, and latents cached by `dataprep convert --vae`",
+                self.grad_sync != "step-graph" or not self.vae,
+                "--grad-sync step-graph captures the step as one CUDA graph, without --vae's encoder: use latents "
+                "cached by `dataprep convert --vae`",
             ),
             (self.resume or not self.resume_other_data, "--resume-other-data goes with --resume"),
             (0 <= self.caption_dropout < 1, f"caption_dropout must be in [0, 1), not {self.caption_dropout}"),

@@ -16,16 +16,13 @@ from dataprep.features import TRAIN_HOP as HOP
 from dataprep.features import TRAIN_N_MELS as N_MELS
 from dataprep.paths import OutsideError, inside
 
-from .config import TrainConfig
+from .config import KIND_MODELS, TrainConfig
 from .ddp import Dist
 from .dit import DiTConfig
 
 
 class DataError(ValueError):
     """The data side cannot start: no prepared directory, or no way to pick the loader."""
-
-
-KIND_MODELS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}  # default --model per kind
 
 
 def read_manifest(data: Path | str) -> dict:
@@ -117,26 +114,26 @@ class LoaderChoice:
     reason: str
 
 
-def choose_loader(cfg: TrainConfig, model: str, device: str, info: Dist) -> LoaderChoice:
+def choose_loader(cfg: TrainConfig, model: str, device: str, world: Dist) -> LoaderChoice:
     """The backend and its settings; for "fastest", bench's answer. Under torchrun every rank asks in a child process
     of its own, and the children form a group of their own on a port rank 0 chose: with no results for this rank count
     they measure together, as the training will run (bench.fastest.together). Every rank takes rank 0's answer."""
     from loaders.errors import too_small
 
-    problem = too_small(read_manifest(cfg.data).get("count", 0), cfg.batch_size, info.world_size)
+    problem = too_small(read_manifest(cfg.data).get("count", 0), cfg.batch_size, world.world_size)
     if problem:  # before `bench fastest` measures, or a loader starts its workers, on data that gives no batch
         raise DataError(f"{cfg.data}: {problem}")
     if cfg.loader != "fastest":
         return LoaderChoice(cfg.loader, cfg.workers, cfg.pin_memory, "chosen with --loader")
     if str(cfg.data).startswith("s3://"):  # nothing to compare: no other loader reads object storage
         return LoaderChoice("stream", cfg.workers, cfg.pin_memory, "the only loader that reads s3:// data")
-    if not info.enabled:
+    if not world.enabled:
         return ask_bench(cfg, model, device)
-    port = [_free_port() if info.main else None]
+    port = [_free_port() if world.main else None]
     torch.distributed.broadcast_object_list(port, src=0)
     # the children's own group: rank 0's child holds its store on rank 0's host (MASTER_ADDR), not torchrun's
     env = {"MASTER_PORT": str(port[0]), "TORCHELASTIC_USE_AGENT_STORE": "False"}
-    picked = [ask_bench(cfg, model, device, info.world_size, env)]
+    picked = [ask_bench(cfg, model, device, world.world_size, env)]
     torch.distributed.broadcast_object_list(picked, src=0)
     return picked[0]
 
@@ -195,7 +192,7 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1, en
     return LoaderChoice(c["backend"], c["workers"], c["pin_memory"], c["reason"])
 
 
-def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist, kind: str):
+def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, world: Dist, kind: str):
     from loaders import build_loader
 
     return build_loader(
@@ -207,8 +204,8 @@ def open_loader(cfg: TrainConfig, choice: LoaderChoice, device: str, info: Dist,
         device=device,
         augment=cfg.augment,
         seed=cfg.seed,
-        rank=info.rank,
-        world_size=info.world_size,
+        rank=world.rank,
+        world_size=world.world_size,
         representation="wave" if cfg.vae and kind == "audio" else "mel",  # --vae computes AudioLDM's own mel
         **({"cache_limit": cfg.cache_limit} if choice.backend == "stream" else {}),
     )

@@ -29,8 +29,8 @@ class Dist:
 
 
 def setup(device: str) -> tuple[Dist, str]:
-    """Join the process group when launched by torchrun; return the rank info and this rank's device (cuda:LOCAL_RANK
-    under torchrun: one GPU per rank)."""
+    """Join the process group when launched by torchrun; return this process's place in the group and its device
+    (cuda:LOCAL_RANK under torchrun: one GPU per rank)."""
     rank, world_size, local_rank = ranks.world()
     if world_size <= 1:
         if device.startswith("cuda:") and torch.cuda.is_available():
@@ -44,30 +44,29 @@ def setup(device: str) -> tuple[Dist, str]:
     return Dist(rank, world_size, local_rank, ranks.join(device)), device
 
 
-def teardown(info: Dist, error: BaseException | None = None) -> None:
+def teardown(world: Dist, error: BaseException | None = None) -> None:
     """Leave the group `setup` joined; after `error`, say which rank failed and end this rank promptly, so that the
-    others stop too (dataprep.ranks). DDP's wrapper sits in a reference cycle and its reducer holds the process group,
-    so both outlived `destroy_process_group` until the interpreter's shutdown freed them, where gloo aborted the rank
-    ("terminate called without an active exception") in 14 of 100 runs of a two-rank script: collected first."""
-    if info.enabled and info.watch is not None:
-        ranks.leave(info.watch, error)
+    others stop too (dataprep.ranks). DDP's wrapper sits in a reference cycle whose reducer holds the process group:
+    leaving collects it first, as a group freed at the interpreter's shutdown can abort the rank."""
+    if world.enabled and world.watch is not None:
+        ranks.leave(world.watch, error)
 
 
-def all_reduce(values: list[float], info: Dist, device: str, op: str = "sum") -> list[float]:
+def all_reduce(values: list[float], world: Dist, device: str, op: str = "sum") -> list[float]:
     """Reduce a few host floats across ranks (one collective); identity on a single process."""
-    if not info.enabled:
+    if not world.enabled:
         return list(values)
     t = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[op])
     return t.tolist()
 
 
-def gather(values: list[float], info: Dist, device: str) -> list[list[float]]:
+def gather(values: list[float], world: Dist, device: str) -> list[list[float]]:
     """Every rank's `values` (same length on all), indexed by rank, on every rank. Each rank fills its own row of a
     zeroed table and one sum assembles it: a NaN (a figure a rank does not have) stays in its own row."""
-    if not info.enabled:
+    if not world.enabled:
         return [list(values)]
-    table = [0.0] * (len(values) * info.world_size)
-    table[info.rank * len(values) : (info.rank + 1) * len(values)] = values
-    flat = all_reduce(table, info, device, "sum")
-    return [flat[r * len(values) : (r + 1) * len(values)] for r in range(info.world_size)]
+    table = [0.0] * (len(values) * world.world_size)
+    table[world.rank * len(values) : (world.rank + 1) * len(values)] = values
+    flat = all_reduce(table, world, device, "sum")
+    return [flat[r * len(values) : (r + 1) * len(values)] for r in range(world.world_size)]

@@ -58,9 +58,6 @@ def dit_tiny(**overrides) -> DiTConfig:
     return replace(DiTConfig(hidden=64, depth=2, heads=2, patch_size=2), **overrides)
 
 
-DIT_PRESETS = {"dit_b2": dit_b2, "dit_tiny": dit_tiny}
-
-
 def sincos_1d(dim: int, pos: torch.Tensor) -> torch.Tensor:
     """(len(pos), dim): sin of pos at dim/2 frequencies 1/10000^(i/(dim/2)), then cos (the MAE / DiT form)."""
     omega = 1.0 / 10000 ** (torch.arange(dim // 2, dtype=torch.float64) / (dim / 2))

@@ -1,28 +1,13 @@
-"""How the ranks average their gradients under torchrun (`train --grad-sync`): DDP as torch ships it, or ways that
-keep a compiled step in fewer pieces.
+"""How the ranks average their gradients under torchrun (`train --grad-sync`).
 
-A compiled `ddpm_cifar10` step at batch 128 takes milliseconds (docs/BENCHMARKS.md, finding 7), so what data parallelism
-adds per step shows. Under DDP, Dynamo's DDPOptimizer splits the compiled model at DDP's 25 MB gradient buckets so that
-each bucket's all-reduce overlaps the rest of the backward; with CUDA graphs ("reduce-overhead") each piece is a graph
-of its own and the all-reduces run eagerly between them. The choices:
+- `ddp`: DistributedDataParallel as torch ships it. Compiled, Dynamo's DDPOptimizer splits the model at DDP's 25 MB
+  gradient buckets so that each bucket's all-reduce overlaps the rest of the backward.
+- `step-graph`: no DDP wrapper. After the backward every gradient is copied into one flat buffer per dtype and
+  all-reduced once (`FlatAllReduce`), and the whole step is captured as one CUDA graph (training.step_graph). The
+  gradients then become views into that buffer, each with its parameter's strides, as the fused optimizer needs.
+- `auto` (`choose`): the fastest measured way that applies here (docs/BENCHMARKS.md, finding 7).
 
-- `ddp`: that, as torch ships it (the default).
-- `ddp-nosplit`: DDP with Dynamo's DDPOptimizer off: the model compiles as one graph, forward and backward, as on one
-  GPU; DDP's buckets are all-reduced when the backward has produced every gradient, with no overlap.
-- `ddp-bucket100`: DDP with 100 MB buckets whose gradients are views into them (`gradient_as_bucket_view`): fewer
-  pieces, no copy of each gradient into its bucket.
-- `flat`: no DDP wrapper. The model compiles as on one GPU; after the backward, every gradient is copied into one flat
-  buffer, divided by the number of ranks and all-reduced once; the gradients then become views into that buffer
-  (copying them back launched a copy per gradient: 254 device-to-device copies a step in a `ddpm_cifar10` trace).
-  Each view has its parameter's strides (channels_last convolutions included): the fused optimizer needs a gradient
-  laid out as its parameter. The same arithmetic as DDP's (each gradient divided, then summed over ranks), in one
-  collective.
-- `step-graph`: `flat`, with the whole step (forward, backward, that all-reduce, clip, optimizer, EMA) captured as one
-  CUDA graph and replayed (training.step_graph): the host launches one graph a step. It applies on one GPU too
-  (without the all-reduce), so a rank count's rate compares with one GPU's of the same kind.
-
-Each gives the same losses as `ddp` to rounding (tests/test_grad_sync.py, over gloo); which is fastest is measured on
-GPUs (bench/studies/scaling.sh)."""
+Both give the same losses to rounding (tests/test_grad_sync.py, over gloo)."""
 
 from __future__ import annotations
 
@@ -31,24 +16,45 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-GRAD_SYNCS = ("ddp", "ddp-nosplit", "ddp-bucket100", "flat", "step-graph")  # training.config mirrors these names
+from .config import GRAD_SYNC_WAYS
+
+FINDING = "docs/BENCHMARKS.md, finding 7"
+
+
+def choose(how: str, *, compiled: bool, device: str, world_size: int, vae: bool, text: bool = False) -> tuple[str, str]:
+    """(the way the ranks average gradients, why): `how` where the user named one; for "auto" the fastest measured
+    way that applies here, the step graph where it can capture the step (compiled, CUDA, bf16 or fp32, no --vae)."""
+    if how != "auto":
+        return how, "as --grad-sync asks"
+    cuda = device.startswith("cuda")
+    if world_size <= 1:
+        if compiled and cuda:
+            return "ddp", f"one GPU: torch.compile's CUDA graphs, 1.5% faster than the step graph there ({FINDING})"
+        return "ddp", "one process: no gradients to average"
+    if not cuda:
+        return "ddp", "on the CPU: the step graph is a CUDA graph"
+    if not compiled:
+        return "ddp", f"not compiled: the step graph captures a compiled step (--compile; {FINDING})"
+    if vae:
+        return "ddp", "the step graph does not capture --vae's encoder: latents from `dataprep convert --vae` take it"
+    if text:
+        return (
+            "ddp",
+            "the step graph does not capture a text model's captions: their length changes from batch to batch",
+        )
+    return "step-graph", f"compiled on {world_size} GPUs: the whole step as one CUDA graph, the fastest ({FINDING})"
 
 
 def wrap(model: torch.nn.Module, how: str, world_size: int) -> tuple[torch.nn.Module, Callable[[], None] | None]:
     """(the module the step calls, what to call between backward and the optimizer: None where the wrapper has
     averaged the gradients by the end of backward). A single process trains `model` itself, with nothing to average."""
-    if how not in GRAD_SYNCS:
-        raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNCS)}, not {how!r}")
+    if how not in GRAD_SYNC_WAYS:
+        raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC_WAYS)}, not {how!r}")
     if world_size <= 1:
         return model, None
-    if how in ("flat", "step-graph"):
+    if how == "step-graph":
         return model, FlatAllReduce(model, world_size)
-    import torch._dynamo
-
-    # read when the compiled model is first called, so set for every DDP run (one process may train twice)
-    torch._dynamo.config.optimize_ddp = how != "ddp-nosplit"
-    options = {"bucket_cap_mb": 100, "gradient_as_bucket_view": True} if how == "ddp-bucket100" else {}
-    return torch.nn.parallel.DistributedDataParallel(model, **options), None
+    return torch.nn.parallel.DistributedDataParallel(model), None
 
 
 class FlatAllReduce:

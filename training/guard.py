@@ -56,12 +56,12 @@ def _tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 
 class Guard:
-    def __init__(self, info: ddp.Dist, stop: StopOnSignal, model, ema_model, optimizer) -> None:
-        self.info, self.stop, self.optimizer = info, stop, optimizer
+    def __init__(self, world: ddp.Dist, stop: StopOnSignal, model, ema_model, optimizer) -> None:
+        self.world, self.stop, self.optimizer = world, stop, optimizer
         named = [(f"{part} {k}", v) for part, m in (("model", model), ("EMA", ema_model)) for k, v in _tensors(m)]
         self.weights = [(k, v) for k, v in named if v.is_floating_point()]  # views of the live tensors
         self.first: tuple[int, int, str] | None = None  # (step, kind, detail) of the first non-finite value here
-        self._group = torch.distributed.new_group(backend="gloo") if info.enabled else None
+        self._group = torch.distributed.new_group(backend="gloo") if world.enabled else None
         self._sent: tuple[object, torch.Tensor] | None = None  # the exchange under way, and its table
         self.stopped_by: str | None = None  # the stop signal some rank received, once every rank knows it
 
@@ -90,7 +90,7 @@ class Guard:
             self.stop.at_boundary()
         step, kind = (self.first[0], self.first[1]) if self.first else (0, 0)
         signum = signal.Signals[self.stop.received].value if self.stop.received else 0
-        rows = [[signum, step, kind]] if not self.info.enabled else self._exchange([signum, step, kind], wait)
+        rows = [[signum, step, kind]] if not self.world.enabled else self._exchange([signum, step, kind], wait)
         if rows is None:
             return False
         bad = sorted((int(row[1]), rank, int(row[2])) for rank, row in enumerate(rows) if row[2])
@@ -107,9 +107,9 @@ class Guard:
         if self._sent is not None:
             work, table = self._sent
             work.wait()
-            answer = table.view(self.info.world_size, -1).tolist()
-        table = torch.zeros(self.info.world_size, len(mine), dtype=torch.float64)
-        table[self.info.rank] = torch.tensor(mine, dtype=torch.float64)
+            answer = table.view(self.world.world_size, -1).tolist()
+        table = torch.zeros(self.world.world_size, len(mine), dtype=torch.float64)
+        table[self.world.rank] = torch.tensor(mine, dtype=torch.float64)
         work = torch.distributed.all_reduce(table, group=self._group, async_op=True)
         self._sent = (work, table)
         if wait:
@@ -121,7 +121,7 @@ class Guard:
     def _raise(self, step: int, rank: int, kind: int) -> None:
         mine = self.first is not None and self.first[:2] == (step, kind)
         what = self.first[2] if mine else KINDS[kind]  # the rank that saw it knows the value, or which tensors
-        where = f" on rank {rank}" if self.info.enabled and kind != 4 else ""
+        where = f" on rank {rank}" if self.world.enabled and kind != 4 else ""
         raise NonFiniteError(
             f"step {step}: {what}{where}; training stopped before writing it into a checkpoint: "
             f"{self.stop.left()} once the cause is fixed: {FIX}"

@@ -14,7 +14,6 @@ import time
 import traceback
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from functools import partial
 
 import torch
 
@@ -24,8 +23,7 @@ from loaders.workers import worker_errors
 from . import cadence, ddp
 from .config import TrainConfig
 from .data import check_fits
-from .ema import ema_update, ema_weight
-from .prepare import Run, mark, set_up
+from .prepare import Run, mark, prepare
 
 
 @dataclass
@@ -56,17 +54,17 @@ class RunSummary:
 
 def main(cfg: TrainConfig, loader=None) -> RunSummary:
     """Train per `cfg`. `loader` (any loaders.base.Loader) replaces the one `cfg` describes, e.g. for bench."""
-    info, device = ddp.setup(cfg.device)
+    world, device = ddp.setup(cfg.device)
     error = None
     try:
         with StopOnSignal() as stop, ExitStack() as cleanup:
-            return _train(cfg, loader, info, device, stop, cleanup)
+            return _train(cfg, loader, world, device, stop, cleanup)
     except BaseException as e:
         error = e  # under torchrun every rank then stops promptly (ddp.teardown)
         traceback.clear_frames(e.__traceback__)  # the ended frames' locals hold DDP's wrapper: teardown frees it
         raise
     finally:
-        ddp.teardown(info, error)
+        ddp.teardown(world, error)
 
 
 @dataclass
@@ -76,8 +74,8 @@ class Progress:
     step: int  # optimizer steps done, a resumed run's included
     losses: list[float] = field(default_factory=list)  # rank 0's local loss per step from start_step + 1
     # losses not yet read, each a host copy and the CUDA event after which it holds the value: Tensor.item() on a
-    # device tensor synchronizes the whole stream, so reading step i-1's loss that way after enqueuing step i waited
-    # for step i too; the host then fetched every batch while the GPU sat idle (bench: host_behind 1.0, 3-5% idle)
+    # device tensor would wait for everything queued, the next step included, and leave the GPU idle while the host
+    # fetched
     pending: list[tuple[torch.Tensor, torch.cuda.Event | None]] = field(default_factory=list)
     first_batch_s: float | None = None  # set at the first batch, which also counts the FLOPs and fixes sample_shape
     flops: float | None = None  # per step, on this rank
@@ -85,47 +83,50 @@ class Progress:
     stopping: bool = False  # a stop signal or a non-finite value, known on every rank alike
 
 
-def _train(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> RunSummary:
+def _train(
+    cfg: TrainConfig, loader, world: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack
+) -> RunSummary:
     from .profiling import profile_steps
 
-    run = set_up(cfg, loader, info, device, stop, cleanup)
+    run = prepare(cfg, loader, world, device, stop, cleanup)
+    compiled, watch = run.trainer.compiled, run.watch
     progress = Progress(step=run.start_step)
     # profiled steps end where the timed steps begin, so profiler overhead stays out of the timing figures
     profile_at = run.start_step + max(
         1, min(cfg.timing_warmup - cfg.profile_steps, cfg.steps - run.start_step - cfg.profile_steps)
     )
-    with worker_errors(run.backend, cfg.data):  # a dead worker can surface anywhere in a step (PyTorch's SIGCHLD)
+    with worker_errors(run.feed.backend, cfg.data):  # a dead worker can surface anywhere in a step (SIGCHLD)
         while progress.step < cfg.steps and not progress.stopping:
             if cfg.profile and progress.step == profile_at:
-                out = cfg.out / "profile" / (f"rank{info.rank}" if info.enabled else "")
+                out = cfg.out / "profile" / (f"rank{world.rank}" if world.enabled else "")
                 profile_steps(lambda: _one_step(run, progress), min(cfg.profile_steps, cfg.steps - progress.step), out)
             else:
                 _one_step(run, progress)
     _read_losses(run, progress)
-    run.guard.poll(wait=True)  # the last step's loss, read after it
-    if run.compiled is not None and info.main:
-        run.compiled.save()  # what compiled after the first step too (a recompile)
-    run.log.close()
+    watch.guard.poll(wait=True)  # the last step's loss, read after it
+    if compiled is not None and world.main:
+        compiled.save()  # what compiled after the first step too (a recompile)
+    watch.log.close()
     return _summary(run, progress)
 
 
 def _one_step(run: Run, progress: Progress) -> None:
     """Fetch, step, then what comes after a step. The timed step includes the wait for its batch: the host fetches
     while the device still runs the step before, so a loader that keeps up costs the timer nothing."""
-    cfg, compiled = run.cfg, run.compiled
-    batch = run.timer.fetch(run.stream)
+    cfg, compiled, log, timer = run.cfg, run.trainer.compiled, run.watch.log, run.watch.timer
+    batch = timer.fetch(run.feed.stream)
     if progress.first_batch_s is None:
         _first_batch(run, progress, batch)  # outside any timed step
     if compiled is not None and progress.step == run.start_step + cfg.timing_warmup:
         compiled.timed_steps_begin()
-    run.timer.step_begin()
+    timer.step_begin()
     if compiled is not None and not compiled.done:  # Dynamo, AOTAutograd and Inductor run inside this step
-        with run.log.compiling(progress.step + 1), compiled.first_step():
-            _train_step(run, batch.x, batch.y, progress.step, progress.pending, batch.text)
-        run.log.write(f"step {progress.step + 1}: {compiled.finish(run.info.main)}")
+        with log.compiling(progress.step + 1), compiled.first_step():
+            _enqueue_step(run, batch, progress.step, progress.pending)
+        log.write(f"step {progress.step + 1}: {compiled.finish(run.world.main)}")
     else:
-        _train_step(run, batch.x, batch.y, progress.step, progress.pending, batch.text)
-    run.timer.step_end()
+        _enqueue_step(run, batch, progress.step, progress.pending)
+    timer.step_end()
     progress.step += 1
     _after_step(run, progress)
 
@@ -133,61 +134,59 @@ def _one_step(run: Run, progress: Progress) -> None:
 def _first_batch(run: Run, progress: Progress, batch) -> None:
     """The first batch's latency; the data checked against the model; the FLOPs counted once; the previews' shape,
     which is the data's (the latents' under --vae)."""
-    encoder = run.encoder
-    progress.first_batch_s = time.perf_counter() - run.t_stream
-    mark(run.set_up, "first batch in hand")
-    if encoder is None:
-        check_fits(run.mcfg, tuple(batch.x.shape), run.cfg.data, run.spec.model, run.spec.kind)
-    x0 = batch.x if encoder is None else encoder(batch.x)
-    text = run.captions.embed(batch.text) if run.captions is not None else None
-    progress.flops = _count_flops(run.mcfg, x0, batch.y if run.conditional else None, text)
+    trainer, spec = run.trainer, run.feed.spec
+    progress.first_batch_s = time.perf_counter() - run.feed.started
+    mark(run.marks, "first batch in hand")
+    if trainer.encoder is None:
+        check_fits(trainer.config, tuple(batch.x.shape), run.cfg.data, spec.model, spec.kind)
+    x0 = batch.x if trainer.encoder is None else trainer.encoder(batch.x)
+    captions = run.feed.captions
+    text = captions.embed(batch.text) if captions is not None else None
+    progress.flops = _count_flops(trainer.config, x0, batch.y if trainer.conditional else None, text)
     progress.sample_shape = (run.cfg.sample_count, *x0.shape[1:])
-    mark(run.set_up, "FLOPs counted")
+    mark(run.marks, "FLOPs counted")
 
 
-def _train_step(run: Run, x: torch.Tensor, y: torch.Tensor, step: int, pending: list, text=None) -> None:
-    """One optimizer step, enqueued without a host sync (one CUDA graph under --grad-sync step-graph); its loss joins
-    `pending`, to be read a step later. The schedule then sets the next step's learning rate. `text`: Batch.text."""
-    cfg = run.cfg
-    y = y if run.conditional else None
-    if run.graph is not None:
-        pending.append(_stage(run.graph(partial(_step_body, run), x, y, ema_weight(step, cfg.ema))))
+def _enqueue_step(run: Run, batch, step: int, pending: list) -> None:
+    """Step `step` (0-based) enqueued: as one CUDA graph under the step graph, else launched op by op; its loss joins
+    `pending`, to be read a step later. The schedule then sets the next step's learning rate."""
+    trainer, x, text = run.trainer, batch.x, batch.text
+    y = batch.y if trainer.conditional else None
+    trainer.ema.next_step(step)
+    if trainer.graph is not None:  # its copy of the loss is staged after the replay
+        pending.append(_stage(trainer.graph(lambda x, y: train_step(run, x, y), x, y)))
     else:
-        if cfg.compile and cfg.compile_mode == "reduce-overhead":
+        if run.cfg.compile:  # torch.compile's CUDA graphs: a new step may overwrite the previous one's outputs
             torch.compiler.cudagraph_mark_step_begin()
-        _step_body(run, x, y, pending, text)
-        ema_update(run.ema_params, run.params, ema_weight(step, cfg.ema))
-    run.stateful["schedule"].step()
+        train_step(run, x, y, stage=lambda loss: pending.append(_stage(loss)), text=text)
+    trainer.stateful["schedule"].step()
 
 
-def _step_body(
-    run: Run, x: torch.Tensor, y: torch.Tensor | None, pending: list | None = None, text=None
-) -> torch.Tensor:
-    """Forward, backward, gradient sync, clip and optimizer (and the step graph's late EMA); the loss is staged into
-    `pending` before the backward, so that reading it waits for the forward alone (a captured step stages it after
-    its replay)."""
-    cfg, optimizer, scaler, graph = run.cfg, run.stateful["optimizer"], run.stateful["scaler"], run.graph
-    if graph is not None and run.sync_grads is None:  # one process: the forward is what it can run beside
-        graph.ema_beside()
-    with run.autocast:
-        x = run.encoder(x) if run.encoder is not None else x  # inside the step: its GPU time is the step's
-        text = run.captions(text) if run.captions is not None else None  # --text-encoder: encoded here, likewise
-        loss = run.diffusion.loss(run.net, x, y=y, text=text).float()
-    if pending is not None:
-        pending.append(_stage(loss.detach()))
-    scaler.scale(loss).backward()
-    if graph is not None and run.sync_grads is not None:  # beside the all-reduce, which leaves the SMs idle
-        graph.ema_beside()
-    if run.sync_grads is not None:
-        run.sync_grads()
+def train_step(run: Run, x: torch.Tensor, y: torch.Tensor | None, stage=None, text=None) -> torch.Tensor:
+    """One optimizer step, enqueued without a host sync: forward, backward, gradient sync, clip, optimizer and EMA.
+    The step graph captures it unchanged. `stage(loss)` before the backward, so that reading the loss waits for the
+    forward alone; the late EMA (training.ema) runs beside the forward (one process) or the all-reduce (several)."""
+    trainer, cfg = run.trainer, run.cfg
+    optimizer, ema, sync_grads = trainer.stateful["optimizer"], trainer.ema, trainer.sync_grads
+    if sync_grads is None:
+        ema.fork()
+    with trainer.autocast:
+        x = trainer.encoder(x) if trainer.encoder is not None else x  # inside the step: its GPU time is the step's
+        captions = run.feed.captions  # text models: Batch.text, cached embeddings or (--text-encoder) encoded here
+        text = captions(text) if captions is not None else None
+        loss = trainer.diffusion.loss(trainer.net, x, y=y, text=text).float()
+    if stage is not None:
+        stage(loss.detach())
+    loss.backward()
+    if sync_grads is not None:
+        ema.fork()  # the all-reduce leaves the SMs idle
+        sync_grads()
     if cfg.grad_clip > 0:
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip, foreach=True)
-    if graph is not None:
-        graph.before_optimizer()
-    scaler.step(optimizer)  # fused Adam keeps the fp16 inf check on the device: no sync
-    scaler.update()
+        torch.nn.utils.clip_grad_norm_(trainer.params, cfg.grad_clip, foreach=True)
+    ema.join()
+    optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # the backward hands its gradients over: no zeroing, no adding into them
+    ema.after_optimizer()
     return loss.detach()
 
 
@@ -197,8 +196,7 @@ def _stage(loss: torch.Tensor) -> tuple[torch.Tensor, torch.cuda.Event | None]:
         return loss, None
     host = torch.empty((), dtype=loss.dtype, pin_memory=True)  # pinned, so the copy does not block the host
     host.copy_(loss, non_blocking=True)
-    # blocking: the host sleeps while it waits for the value instead of spinning on a core, which at 2 cores the
-    # loader's threads need (a step graph's host enqueues a step in under a millisecond and waits most of the step)
+    # blocking: the host sleeps while it waits for the value instead of spinning on a core the loader's threads need
     done = torch.cuda.Event(blocking=True)
     done.record()
     return host, done
@@ -225,22 +223,22 @@ def _read_losses(run: Run, progress: Progress, keep: int = 0) -> None:
             done.synchronize()  # waits for that step's forward only, not for the work queued after it
         progress.losses.append(host.item())
         if not math.isfinite(progress.losses[-1]):
-            run.guard.loss(run.start_step + len(progress.losses), progress.losses[-1])
+            run.watch.guard.loss(run.start_step + len(progress.losses), progress.losses[-1])
 
 
 def _after_step(run: Run, progress: Progress) -> None:
     """The step's log, the stop decision, then the preview grid and the checkpoint when due."""
-    cfg, step, guard = run.cfg, progress.step, run.guard
+    cfg, step, guard, log, timer = run.cfg, progress.step, run.watch.guard, run.watch.log, run.watch.timer
     logged = step % cfg.log_every == 0 or step == cfg.steps
     # the previous step's loss, the device still busy with this one; on a log step this one's, as the log line's
     _read_losses(run, progress, keep=0 if logged else 1)
-    run.log.step(step, progress.losses[-1] if progress.losses else float("nan"), run.timer)
+    log.step(step, progress.losses[-1] if progress.losses else float("nan"), timer)
     if logged:
-        run.log.window(step, progress.losses[-1], run.timer, progress.flops)
+        log.window(step, progress.losses[-1], timer, progress.flops)
         guard.check_weights(step)  # the window's figures have just waited for the device
     # every rank alike: a stop signal on any rank, or NonFiniteError (decided one step late under DDP, no sync)
     progress.stopping = guard.poll()
-    if cadence.sample_due(cfg, step, run.info):
+    if cadence.sample_due(cfg, step, run.world):
         cadence.sample(run, step, progress.sample_shape)
     if cadence.checkpoint_due(cfg, step, progress.stopping):
         _read_losses(run, progress)  # every loss so far checked before the checkpoint is written
@@ -248,21 +246,22 @@ def _after_step(run: Run, progress: Progress) -> None:
 
 
 def _summary(run: Run, progress: Progress) -> RunSummary:
-    checksum = sum(v.double().sum().item() for v in run.stateful["model"].state_dict().values())
-    figures = run.log.final(run.timer, progress.flops, checksum)
-    losses, choice = progress.losses, run.choice
+    trainer, watch, feed = run.trainer, run.watch, run.feed
+    checksum = sum(v.double().sum().item() for v in trainer.stateful["model"].state_dict().values())
+    figures = watch.log.final(watch.timer, progress.flops, checksum)
+    losses, choice = progress.losses, feed.choice
     return RunSummary(
         steps=progress.step - run.start_step,
         start_step=run.start_step,
         first_batch_s=progress.first_batch_s or 0.0,
         final_loss=losses[-1] if losses else float("nan"),
         losses=losses,
-        wall_s=time.perf_counter() - run.t_start,
-        backend=run.backend,
+        wall_s=time.perf_counter() - run.started,
+        backend=feed.backend,
         param_checksum=checksum,
-        stopped_by=run.guard.stopped_by or run.stop.received,
-        compile=run.compiled.to_dict() if run.compiled is not None else {},
-        config=run.train_config,
-        loader=asdict(choice) if choice else {"backend": run.backend, "reason": "a loader given to the loop"},
+        stopped_by=watch.guard.stopped_by or watch.stop.received,
+        compile=trainer.compiled.to_dict() if trainer.compiled is not None else {},
+        config=run.record.train_config,
+        loader=asdict(choice) if choice else {"backend": feed.backend, "reason": "a loader given to the loop"},
         **figures,
     )

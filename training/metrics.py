@@ -79,26 +79,26 @@ def merged(ranks: list[dict], key: str) -> dict:
 
 
 class MetricsLog:
-    def __init__(self, cfg: TrainConfig, info: ddp.Dist, device: str, start_step: int, backend: str, reason) -> None:
+    def __init__(self, cfg: TrainConfig, world: ddp.Dist, device: str, start_step: int, backend: str, reason) -> None:
         from tqdm import tqdm
 
         from .profiling import peak_tflops
 
-        self.cfg, self.info, self.device = cfg, info, device
+        self.cfg, self.world, self.device = cfg, world, device
         self.cuda = device.startswith("cuda")
         self.peak, self.peak_name = peak_tflops(device, cfg.precision)
         self.last_logged = 0  # timer steps already covered by a window
-        self.images_per_step = cfg.batch_size * info.world_size
+        self.images_per_step = cfg.batch_size * world.world_size
         self.file = None
         self.bar = tqdm(
             total=cfg.steps,
             initial=start_step,
             unit="step",
-            disable=not (cfg.progress and info.main),
+            disable=not (cfg.progress and world.main),
             file=sys.stderr,
             dynamic_ncols=True,
         )
-        if info.main:
+        if world.main:
             cfg.out.mkdir(parents=True, exist_ok=True)
             self.file = open(cfg.out / "metrics.jsonl", "a")  # appended to across resumes
             peak = f"{self.peak:.0f} TFLOP/s ({self.peak_name})" if self.peak else "unknown for this device"
@@ -106,13 +106,13 @@ class MetricsLog:
                 mfu = f"; MFU peak: {peak}" if self.cuda else ""
                 self.write(f"data: {backend_label(backend, device)} ({reason}){mfu}")
         self.board = None
-        if info.main and cfg.tensorboard:  # the ecosystem's viewer: `tensorboard --logdir RUN_DIR/tensorboard`
+        if world.main and cfg.tensorboard:  # the ecosystem's viewer: `tensorboard --logdir RUN_DIR/tensorboard`
             from torch.utils.tensorboard import SummaryWriter
 
             self.board = SummaryWriter(str(cfg.out / "tensorboard"), purge_step=start_step + 1 if start_step else None)
 
     def write(self, line: str) -> None:
-        if self.info.main:
+        if self.world.main:
             self.bar.write(line, file=sys.stderr)
 
     @contextmanager
@@ -126,7 +126,7 @@ class MetricsLog:
                 self.bar.set_description_str(f"compiling {time.perf_counter() - t0:.0f} s")
 
         clock = threading.Thread(target=tick, name="compile-clock", daemon=True)
-        if self.info.main and not self.bar.disable:
+        if self.world.main and not self.bar.disable:
             clock.start()
         try:
             yield
@@ -137,7 +137,7 @@ class MetricsLog:
                 self.bar.set_description_str("")
 
     def step(self, step: int, loss: float, timer) -> None:
-        if not self.info.main or self.bar.disable:
+        if not self.world.main or self.bar.disable:
             return
         dt = timer.wall[-1] - timer.wall[-2] if len(timer.wall) > 1 else float("nan")
         rate = self.images_per_step / dt if dt > 0 else float("nan")
@@ -151,12 +151,12 @@ class MetricsLog:
         width, self.last_logged = n - self.last_logged, n
         s = timer.summary(skip=n - width) if width >= 2 else None
         # every rank has the same steps in its window: the idle seconds per step and the span ride the one collective
-        idle = [*timer.idle_per_step(n - width), s.wall_s] if s is not None and self.info.enabled else []
-        rows = ddp.gather([loss, s.starvation if s else math.nan, *idle], self.info, self.device)
+        idle = [*timer.idle_per_step(n - width), s.wall_s] if s is not None and self.world.enabled else []
+        rows = ddp.gather([loss, s.starvation if s else math.nan, *idle], self.world, self.device)
         rec = {"step": step, "loss": sum(r[0] for r in rows) / len(rows)}
         if s is not None:
             rec |= self._rates(s, flops)
-            if self.info.enabled:  # every step waits for the slowest rank: its wait idles every GPU
+            if self.world.enabled:  # every step waits for the slowest rank: its wait idles every GPU
                 ranks = [{"rank": r, "starvation": row[1]} for r, row in enumerate(rows)]
                 group = waited_on([row[2:-1] for row in rows], sum(row[-1] for row in rows) / len(rows))
                 rec = group_headline(rec | merged(ranks, "starvation") | group)
@@ -169,7 +169,7 @@ class MetricsLog:
                 if key in rec:
                     self.board.add_scalar(tag, rec[key], step)
         if s is not None:
-            detail = f" ({ranks_detail(rec, self.info.world_size)})" if self.info.enabled else ""
+            detail = f" ({ranks_detail(rec, self.world.world_size)})" if self.world.enabled else ""
             # on a CPU the FLOP rate of a preset sized for it rounds to 0.0, and device memory and MFU have no meaning
             compute = f", {rec['tflops']:.1f} TFLOP/s, MFU {100 * rec['mfu']:.1f}%, mem {rec['memory_gib']:.2f} GiB"
             self.write(
@@ -218,7 +218,7 @@ class MetricsLog:
             own = [self.cfg.batch_size * s.steps / s.wall_s, s.starvation, behind, s.wait_median_ms]
         ranks = [
             dict(zip(RANK_FIGURES, _none(row)), rank=r)
-            for r, row in enumerate(ddp.gather([*own, checksum], self.info, self.device))
+            for r, row in enumerate(ddp.gather([*own, checksum], self.world, self.device))
         ]
         figures = {"samples_per_s": 0.0, "starvation": {}, "tflops": 0.0, "mfu": 0.0}
         if s is not None:
@@ -227,8 +227,8 @@ class MetricsLog:
             starvation = (
                 s.to_dict() | {"untimed_steps": skip} | merged(ranks, "starvation") | merged(ranks, "host_behind")
             )
-            if self.info.enabled:  # one more collective, on every rank alike (the same steps are measured)
-                rows = ddp.gather([*timer.idle_per_step(skip), s.wall_s], self.info, self.device)
+            if self.world.enabled:  # one more collective, on every rank alike (the same steps are measured)
+                rows = ddp.gather([*timer.idle_per_step(skip), s.wall_s], self.world, self.device)
                 starvation = group_headline(
                     starvation | waited_on([r[:-1] for r in rows], sum(r[-1] for r in rows) / len(rows))
                 )

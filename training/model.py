@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dit import DIT_PRESETS
+from .config import MODELS
+from .dit import DiTConfig
 
 
 @dataclass(kw_only=True)
@@ -59,29 +60,15 @@ def tiny(**overrides) -> UNetConfig:
     return replace(UNetConfig(ch=16, ch_mult=(1, 2), num_res_blocks=1, attn_resolutions=(16,), groups=4), **overrides)
 
 
-UNET_PRESETS = {"ddpm_cifar10": ddpm_cifar10, "ddpm_audio_mel": ddpm_audio_mel, "tiny": tiny}
+def preset(name: str):
+    """The preset function registered as `name` (training.config.MODELS): its keywords override the config's."""
+    module, function = MODELS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
-def _lazy(target: str):
-    """A preset in another module, imported when called: the text models build on this module's UNet."""
-
-    def preset(**overrides):
-        module, name = target.split(":")
-        return getattr(importlib.import_module(module), name)(**overrides)
-
-    return preset
-
-
-# text-conditioned: cross-attention to the caption's tokens (training.dit_text, training.unet_text)
-TEXT_PRESETS = {
-    name: _lazy(f"training.{module}:{name}")
-    for module, names in {
-        "dit_text": ("dit_b2_text", "dit_tiny_text"),
-        "unet_text": ("ddpm_cifar10_text", "tiny_text"),
-    }.items()
-    for name in names
-}
-MODEL_PRESETS = UNET_PRESETS | DIT_PRESETS | TEXT_PRESETS
+# the text models (cross-attention to the caption's tokens) build on this module's UNet: looked up when built
+TEXT_PRESETS = tuple(name for name in MODELS if name.endswith("_text"))
+MODEL_PRESETS = {name: preset(name) for name in MODELS if name not in TEXT_PRESETS}
 
 
 def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0, text_dim: int | None = None):
@@ -90,15 +77,16 @@ def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int
     it is (a loader given to the loop with no prepared directory)."""
     if name in TEXT_PRESETS:
         return _text_config(name, shape, text_dim)
+    make = MODEL_PRESETS[name]
     if shape is None:
-        return MODEL_PRESETS[name]()
+        return make()
     c, h, w = shape
-    if name in DIT_PRESETS:
-        return DIT_PRESETS[name](in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
+    if isinstance(make(), DiTConfig):
+        return make(in_channels=c, input_size=(h, w), num_classes=num_classes if num_classes > 1 else 0)
     try:
-        return UNET_PRESETS[name](in_channels=c, image_size=h)
+        return make(in_channels=c, image_size=h)
     except ValueError:  # a size the UNet cannot halve: training.data.check_fits says so, with the fix
-        return UNET_PRESETS[name](in_channels=c)
+        return make(in_channels=c)
 
 
 def _text_config(name: str, shape: tuple[int, int, int] | None, text_dim: int | None):
@@ -106,7 +94,7 @@ def _text_config(name: str, shape: tuple[int, int, int] | None, text_dim: int | 
     if shape is not None:
         c, h, w = shape
         fit |= {"in_channels": c} | ({"input_size": (h, w)} if name.startswith("dit") else {"image_size": h})
-    return TEXT_PRESETS[name](**fit)
+    return preset(name)(**fit)  # imported here: the text models build on this module's UNet
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:

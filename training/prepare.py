@@ -1,6 +1,6 @@
 """Everything made before the first step, in the order it is made: the model and optimizer, the resume, the compile,
-the data stream, and what watches the steps (log, timer, guard). `set_up` returns it all as one `Run`, which the loop
-(training.loop) passes to each of its pieces."""
+the data stream, and what watches the steps (log, timer, guard). `prepare` returns it all as one `Run` of a few typed
+groups, which the loop (training.loop) passes to each of its pieces."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,76 +28,103 @@ from .checkpoint import (
     restore_rng,
     unchecked_note,
 )
-from .compile_cache import for_run, since_launch
+from .compile_cache import Compiled, for_run, since_launch
 from .config import TrainConfig
-from .data import DataSpec, EpochStream, choose_loader, data_spec, open_loader
-from .ema import ema_update
-from .grad_sync import wrap
+from .data import DataSpec, EpochStream, LoaderChoice, choose_loader, data_spec, open_loader
+from .ema import Ema
+from .grad_sync import FlatAllReduce, choose, wrap
 from .guard import Guard
 from .metrics import MetricsLog
 from .starvation import StepTimer
 from .step_graph import StepGraph
 
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+if TYPE_CHECKING:
+    from .latent import OnlineEncoder, Preview
+
+AUTOCAST = {"bf16": torch.bfloat16, "fp32": None}
 
 
-@dataclass
-class Run:
-    """What set-up made, read by every piece of the loop and never rebound: passed explicitly rather than shared
-    through closures, so each piece says what it uses."""
+@dataclass(kw_only=True)
+class Trainer:
+    """The model and what trains it: what one step uses."""
 
-    cfg: TrainConfig
-    info: ddp.Dist
-    device: str
-    stop: StopOnSignal
-    spec: DataSpec
-    mcfg: object  # the model preset's config: FLOPs counted from shapes, check_fits, the checkpoint's record
-    encoder: object | None  # --vae: latent.OnlineEncoder, run inside the step
-    stateful: dict  # model, ema, optimizer, scaler, schedule: what a checkpoint saves and a resume loads
+    stateful: dict  # model, ema, optimizer, schedule: what a checkpoint saves and a resume loads
+    config: object  # the preset's UNetConfig or DiTConfig: FLOPs counted from shapes, check_fits, the checkpoint
     diffusion: torch.nn.Module
     net: torch.nn.Module  # the model as the step calls it: DDP-wrapped and/or compiled
-    sync_grads: object | None  # averages the gradients between backward and the optimizer (training.grad_sync)
-    graph: object | None  # --grad-sync step-graph: training.step_graph.StepGraph, which runs each step
+    grad_sync: str  # the way taken (training.grad_sync.choose)
+    sync_grads: FlatAllReduce | None  # averages the gradients between backward and the optimizer
+    graph: StepGraph | None  # --grad-sync step-graph: runs each step as one CUDA graph
+    ema: Ema
     autocast: torch.autocast
-    compiled: object | None  # compile_cache's record of a compiled run; None when eager
-    stream: EpochStream
-    backend: str
-    choice: object | None  # stream.choose_loader's choice, None for a loader given to main
-    log: MetricsLog
-    preview: object  # latent.Preview: what a sample grid shows
-    timer: StepTimer
-    guard: Guard
-    ckpt_path: Path
-    train_config: dict
-    record: dict  # what the run trains on, saved in every checkpoint (checkpoint.data_identity)
-    set_up: dict[str, float]  # points of the start, seconds since launch: a compiled run's record keeps them
-    start_step: int  # the checkpoint's step, 0 for a fresh run
-    t_start: float  # the call's start, for wall_s
-    t_stream: float  # when the data stream started: the first batch's latency counts from here
-    captions: object | None = None  # text models: training.captions.Captions, which prepares Batch.text for the step
+    encoder: OnlineEncoder | None  # --vae: run inside the step
+    compiled: Compiled | None  # compile_cache's record of a compiled run; None when eager
 
     def __post_init__(self) -> None:
-        # listed once: the step's foreach calls take lists
-        self.params = list(self.stateful["model"].parameters())
-        self.ema_params = list(self.stateful["ema"].parameters())
+        self.params = list(self.stateful["model"].parameters())  # listed once: the foreach calls take lists
 
     @property
     def conditional(self) -> bool:
-        return getattr(self.mcfg, "num_classes", 0) > 0  # DiT on labelled data
-
-    @property
-    def model_config(self) -> dict:
-        return asdict(self.mcfg)
+        return getattr(self.config, "num_classes", 0) > 0  # DiT on labelled data
 
 
-def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> Run:
+@dataclass(kw_only=True)
+class Feed:
+    """The data: where batches come from and what a preview grid shows."""
+
+    spec: DataSpec
+    stream: EpochStream
+    backend: str
+    choice: LoaderChoice | None  # training.data.choose_loader's, None for a loader given to main
+    preview: Preview
+    started: float  # when the stream started: the first batch's latency counts from here
+    captions: object | None = None  # text models: training.captions.Captions, which prepares Batch.text for the step
+
+
+@dataclass(kw_only=True)
+class Watch:
+    """What watches the steps: the log, the step timer, the non-finite guard and the stop signal."""
+
+    log: MetricsLog
+    timer: StepTimer
+    guard: Guard
+    stop: StopOnSignal
+
+
+@dataclass(kw_only=True)
+class Record:
+    """What every checkpoint carries besides the state."""
+
+    path: Path
+    train_config: dict
+    trained_on: dict  # "data": what the run trains on (checkpoint.data_identity); "data_before": earlier data, if any
+    model_config: dict
+
+
+@dataclass(kw_only=True)
+class Run:
+    """What set-up made, never rebound: passed explicitly rather than shared through closures."""
+
+    cfg: TrainConfig
+    world: ddp.Dist  # this process's rank among the group's
+    device: str
+    trainer: Trainer
+    feed: Feed
+    watch: Watch
+    record: Record
+    start_step: int  # the checkpoint's step, 0 for a fresh run
+    marks: dict[str, float]  # points of the start, seconds since launch: a compiled run's record keeps them
+    started: float  # the call's start, for wall_s
+
+
+def prepare(cfg: TrainConfig, loader, world: ddp.Dist, device: str, stop: StopOnSignal, cleanup: ExitStack) -> Run:
     """Model, resume, compile, data: the resume needs the model, the compile the resumed weights, and so on."""
     from .diffusion import GaussianDiffusion
     from .latent import OnlineEncoder, Preview
     from .model import model_config
 
-    t_start, set_up = time.perf_counter(), {}
-    mark(set_up, "imports done")
+    started, marks = time.perf_counter(), {}
+    mark(marks, "imports done")
     spec = data_spec(cfg, injected=loader is not None)
     # --vae: the autoencoder encodes every batch inside the step, and the model trains on its latents
     encoder = OnlineEncoder(cfg.vae, spec, cfg.data, device, cfg.compile) if cfg.vae else None
@@ -110,59 +137,71 @@ def set_up(cfg: TrainConfig, loader, info: ddp.Dist, device: str, stop: StopOnSi
     text_dim = captions.dim if captions else None
     mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes, text_dim)
     stateful = _build(cfg, mcfg, device)
-    diffusion = GaussianDiffusion().to(device)
-    train_config = cfg.to_dict() | {"model": spec.model, "world_size": info.world_size}
-    mark(set_up, "model on the device")  # CUDA's start included
-    ckpt_path, record = cfg.out / CKPT_NAME, _record(cfg, info, spec, encoder)
-    state = _resume(cfg, info, stop, ckpt_path, stateful, asdict(mcfg), train_config, record)
-    net, sync_grads, autocast, compiled = _compile(cfg, stateful["model"], spec.model, mcfg, device, info, set_up)
-    graph = None
-    if cfg.grad_sync == "step-graph":  # after the resume: the captured optimizer reads the resumed state
-        ema_params, params = list(stateful["ema"].parameters()), list(stateful["model"].parameters())
-        graph = StepGraph(stateful["optimizer"], device, partial(ema_update, ema_params, params))
-    stream, backend, choice, t_stream = _open_data(cfg, loader, device, info, spec, cleanup, set_up, state)
+    way, why = choose(
+        cfg.grad_sync,
+        compiled=cfg.compile,
+        device=device,
+        world_size=world.world_size,
+        vae=bool(cfg.vae),
+        text=captions is not None,
+    )
+    train_config = cfg.to_dict() | {"model": spec.model, "world_size": world.world_size, "grad_sync": way}
+    mark(marks, "model on the device")  # CUDA's start included
+    trained_on = _trained_on(cfg, world, spec, encoder)
+    record = Record(
+        path=cfg.out / CKPT_NAME, train_config=train_config, trained_on=trained_on, model_config=asdict(mcfg)
+    )
+    state = _resume(cfg, world, stop, stateful, record)
+    net, sync_grads, autocast, compiled = _compile(cfg, way, stateful["model"], spec.model, mcfg, device, world, marks)
+    # after the resume: the captured optimizer reads the resumed state
+    graph = StepGraph(stateful["optimizer"], device) if way == "step-graph" else None
+    ema = Ema(stateful["ema"], stateful["model"], cfg.ema, device, late=graph is not None)
+    stream, backend, choice, stream_started = _open_data(cfg, loader, device, world, spec, cleanup, marks, state)
     if choice is not None:  # what the run uses, where `fastest` chose it or a CPU has no page-locked copies
         train_config |= {"workers": choice.workers, "pin_memory": choice.pin_memory and device.startswith("cuda")}
     train_config["threads"] = torch.get_num_threads()
 
     start_step = state["step"] if state is not None else 0
-    log = MetricsLog(cfg, info, device, start_step, backend, choice and choice.reason)
+    log = MetricsLog(cfg, world, device, start_step, backend, choice and choice.reason)
+    log.write(f"grad sync: {way} ({why})")
     if compiled is not None and compiled.cache is not None:
         log.write(f"compile cache: {compiled.cache.note}")
-    preview = Preview(spec, encoder, device)
-    timer = StepTimer(device)
     # non-finite values end the run, on every rank alike
-    guard = Guard(info, stop, stateful["model"], stateful["ema"], stateful["optimizer"])
+    guard = Guard(world, stop, stateful["model"], stateful["ema"], stateful["optimizer"])
+    trainer = Trainer(
+        stateful=stateful,
+        config=mcfg,
+        diffusion=GaussianDiffusion().to(device),
+        net=net,
+        grad_sync=way,
+        sync_grads=sync_grads,
+        graph=graph,
+        ema=ema,
+        autocast=autocast,
+        encoder=encoder,
+        compiled=compiled,
+    )
+    feed = Feed(
+        spec=spec,
+        stream=stream,
+        backend=backend,
+        choice=choice,
+        preview=Preview(spec, encoder, device),
+        started=stream_started,
+        captions=captions,
+    )
+    watch = Watch(log=log, timer=StepTimer(device), guard=guard, stop=stop)
     return Run(
-        cfg,
-        info,
-        device,
-        stop,
-        spec,
-        mcfg,
-        encoder,
-        stateful,
-        diffusion,
-        net,
-        sync_grads,
-        graph,
-        autocast,
-        compiled,
-        stream,
-        backend,
-        choice,
-        log,
-        preview,
-        timer,
-        guard,
-        ckpt_path,
-        train_config,
-        record,
-        set_up,
-        start_step,
-        t_start,
-        t_stream,
-        captions,
+        cfg=cfg,
+        world=world,
+        device=device,
+        trainer=trainer,
+        feed=feed,
+        watch=watch,
+        record=record,
+        start_step=start_step,
+        marks=marks,
+        started=started,
     )
 
 
@@ -184,51 +223,42 @@ def _captions(cfg: TrainConfig, model: str, device: str):
     return captions
 
 
-def mark(set_up: dict[str, float], what: str) -> None:
-    set_up[what] = round(since_launch(), 3)
+def mark(marks: dict[str, float], what: str) -> None:
+    marks[what] = round(since_launch(), 3)
 
 
-def _record(cfg: TrainConfig, info: ddp.Dist, spec: DataSpec, encoder) -> dict:
+def _trained_on(cfg: TrainConfig, world: ddp.Dist, spec: DataSpec, encoder) -> dict:
     """What the run trains on, recorded in every checkpoint: a resume on other data or another autoencoder is
     refused. First the temporary files of checkpoint writes killed midway go."""
-    for line in remove_leftovers(cfg.out) if info.main else ():
+    for line in remove_leftovers(cfg.out) if world.main else ():
         print(line, file=sys.stderr)
     return {"data": data_identity(cfg.data, spec.manifest, encoder.vae.identity if encoder else None)}
 
 
 def _build(cfg: TrainConfig, mcfg, device: str) -> dict:
-    """The model, its EMA copy, the optimizer, the loss scaler and the learning-rate schedule: what a checkpoint
-    holds, by the names it holds them under."""
+    """The model, its EMA copy, the optimizer and the learning-rate schedule: what a checkpoint holds, by the names
+    it holds them under."""
     cuda = device.startswith("cuda")
     memory_format = torch.channels_last if cfg.channels_last and cuda else torch.contiguous_format
     model = mcfg.build().to(device, memory_format=memory_format)
     ema_model = copy.deepcopy(model).requires_grad_(False)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=cuda)  # fused: one kernel for all params
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(cfg.warmup, 1)))
-    scaler = torch.amp.GradScaler(device.split(":")[0], enabled=cfg.precision == "fp16")
-    return {"model": model, "ema": ema_model, "optimizer": optimizer, "scaler": scaler, "schedule": schedule}
+    return {"model": model, "ema": ema_model, "optimizer": optimizer, "schedule": schedule}
 
 
-def _resume(
-    cfg: TrainConfig,
-    info: ddp.Dist,
-    stop: StopOnSignal,
-    ckpt_path: Path,
-    stateful: dict,
-    model_config: dict,
-    train_config: dict,
-    record: dict,
-) -> dict | None:
+def _resume(cfg: TrainConfig, world: ddp.Dist, stop: StopOnSignal, stateful: dict, record: Record) -> dict | None:
     """The checkpoint's state, loaded into `stateful`, under --resume; else None, and a run already in --out is
     refused rather than overwritten. `record` gains the data the checkpoint trained on before, where that differs."""
+    ckpt_path, data = record.path, record.trained_on
     if cfg.resume:
-        state = load_checkpoint(ckpt_path, model_config=model_config, train_config=train_config)
-        note = check_data(ckpt_path, state.get("data"), record["data"], cfg.resume_other_data)
-        for line in (unchecked_note(ckpt_path, state), note) if info.main else ():
+        state = load_checkpoint(ckpt_path, model_config=record.model_config, train_config=record.train_config)
+        note = check_data(ckpt_path, state.get("data"), data["data"], cfg.resume_other_data)
+        for line in (unchecked_note(ckpt_path, state), *state["replaced"], note) if world.main else ():
             if line:
                 print(f"resume: {line}", file=sys.stderr)
         if note and state.get("data"):  # an override: the checkpoint keeps what the run trained on before
-            record["data_before"] = [*state.get("data_before", []), {"until_step": state["step"], **state["data"]}]
+            data["data_before"] = [*state.get("data_before", []), {"until_step": state["step"], **state["data"]}]
         for name, obj in stateful.items():
             obj.load_state_dict(state[name])
         stop.last_checkpoint = f"{ckpt_path} (step {state['step']}) is as it was"
@@ -237,49 +267,46 @@ def _resume(
         raise CheckpointError(
             f"{ckpt_path}: a run is already there; pass --resume to continue it or choose another --out"
         )
-    torch.manual_seed(cfg.seed + info.rank)  # different noise and timesteps on each rank
+    torch.manual_seed(cfg.seed + world.rank)  # different noise and timesteps on each rank
     return None
 
 
-def _compile(cfg: TrainConfig, model, model_name: str, mcfg, device: str, info: ddp.Dist, set_up: dict) -> tuple:
-    """(net, sync_grads, autocast, compiled): the model as the step calls it.
-
-    Under DDP the wrapper itself is compiled: Dynamo's DDPOptimizer splits the graph at DDP's gradient buckets, so
-    each bucket's all-reduce overlaps the rest of the backward. With "reduce-overhead" each piece is its own CUDA
-    graph and the NCCL all-reduces run eagerly between them. `--grad-sync` chooses another way (training.grad_sync);
-    `sync_grads` then averages the gradients between backward and the optimizer; under `step-graph` the step is one
-    CUDA graph of training.step_graph's, which Inductor's own (reduce-overhead) cannot sit inside, so the kernels
-    compile without them. The compile cache loads first: torch.compile installs the traced program it may hold."""
-    net, sync_grads = wrap(model, cfg.grad_sync, info.world_size)
+def _compile(
+    cfg: TrainConfig, way: str, model, model_name: str, mcfg, device: str, world: ddp.Dist, marks: dict
+) -> tuple:
+    """(net, sync_grads, autocast, compiled): the model as the step calls it, wrapped for the way `way`
+    (training.grad_sync) and compiled: with torch.compile's CUDA graphs, except under the step graph, whose one graph
+    they cannot sit inside. The compile cache loads first: torch.compile installs the traced program it may hold."""
+    net, sync_grads = wrap(model, way, world.world_size)
     autocast = torch.autocast(device.split(":")[0], dtype=AUTOCAST[cfg.precision], enabled=cfg.precision != "fp32")
     compiled = None  # the first step compiles: its seconds, where they went, and the compile cache's part
     if cfg.compile:
-        compiled = for_run(cfg, model_name, asdict(mcfg), device, info.world_size, set_up)
-        mode = None if cfg.compile_mode == "default" or cfg.grad_sync == "step-graph" else cfg.compile_mode
+        compiled = for_run(cfg, model_name, asdict(mcfg), device, world.world_size, marks, grad_sync=way)
+        mode = None if way == "step-graph" else "reduce-overhead"
         net = compiled.compile(net, mode, autocast)
-        mark(set_up, "model compiled")
+        mark(marks, "model compiled")
     return net, sync_grads, autocast, compiled
 
 
 def _open_data(
-    cfg: TrainConfig, loader, device: str, info: ddp.Dist, spec: DataSpec, cleanup: ExitStack, set_up: dict, state
+    cfg: TrainConfig, loader, device: str, world: ddp.Dist, spec: DataSpec, cleanup: ExitStack, marks: dict, state
 ) -> tuple:
     """(stream, backend, choice, t_stream). The loader is started (and on resume fast-forwarded) before the RNG
     states are restored, so the batches and noise after a resume are those of an uninterrupted run."""
     choice = None
     if loader is None:
-        choice = choose_loader(cfg, spec.model, device, info)
-        _set_threads(choice, info, cleanup)
-        loader = open_loader(cfg, choice, device, info, spec.kind)
+        choice = choose_loader(cfg, spec.model, device, world)
+        _set_threads(choice, world, cleanup)
+        loader = open_loader(cfg, choice, device, world, spec.kind)
         cleanup.callback(loader.close)  # its workers or pipeline threads end with the run, also on an error
     backend = choice.backend if choice else type(loader).__name__
-    mark(set_up, "loader open")
+    mark(marks, "loader open")
     t_stream = time.perf_counter()
     stream = EpochStream(loader, state["epoch"] if state else 0, state["position"] if state else 0)
     if state is not None:
         stream.start()
-        restore_rng(state["rng"][info.rank])
-        if info.main and not getattr(loader, "order_from_epoch", True):
+        restore_rng(state["rng"][world.rank])
+        if world.main and not getattr(loader, "order_from_epoch", True):
             print(
                 f"resume: {backend} chooses its own shuffle, so from here the batches differ from an uninterrupted "
                 "run's (equally shuffled, not the same); use another loader where a resume must match exactly",
@@ -288,12 +315,12 @@ def _open_data(
     return stream, backend, choice, t_stream
 
 
-def _set_threads(choice, info: ddp.Dist, cleanup: ExitStack) -> None:
+def _set_threads(choice, world: ddp.Dist, cleanup: ExitStack) -> None:
     """This rank's torch threads for the run (loaders.workers.training_threads), said once; restored after it."""
     from loaders.workers import set_training_threads
 
     cleanup.callback(torch.set_num_threads, torch.get_num_threads())
     processes = choice.backend in ("torch", "hdf5", "stream")  # DataLoader workers; ffcv's and dali's are threads
     line = set_training_threads(choice.workers, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), processes)
-    if info.main:
+    if world.main:
         print(line, file=sys.stderr)

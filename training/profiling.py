@@ -10,9 +10,9 @@ import torch
 
 # dense peak TFLOP/s by device name and precision, from the vendors' datasheets (SXM parts; sparsity excluded)
 PEAKS = {
-    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 494.5},  # fp32 runs on tensor cores as TF32 here
-    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 494.5},
-    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 156.0},
+    "H100": {"bf16": 989.0, "fp32": 494.5},  # fp32 runs on tensor cores as TF32 here
+    "H200": {"bf16": 989.0, "fp32": 494.5},
+    "A100": {"bf16": 312.0, "fp32": 156.0},
 }
 
 

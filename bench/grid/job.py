@@ -9,20 +9,15 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-BACKEND_NAMES = ("torch", "hdf5", "ffcv", "dali", "gpu", "stream")  # loaders.BACKENDS keys (a test checks they match)
-# none: the loader alone; the *_text models need data with captions
-MODEL_CHOICES = ("none", "tiny", "ddpm_cifar10", "ddpm_audio_mel", "dit_b2", "dit_tiny")
-MODEL_CHOICES += ("dit_b2_text", "dit_tiny_text", "ddpm_cifar10_text", "tiny_text")
-# The model a bench runs when none is named: the preset that trains this kind of data on a GPU; on CPU `tiny`, since
-# ddpm_cifar10 takes seconds per step there and a grid would take hours (training.data.KIND_MODELS, mirrored here
-# to keep this module free of torch imports)
-KIND_PRESETS = {"image": "ddpm_cifar10", "audio": "ddpm_audio_mel", "latent": "dit_b2"}
-USES_WORKERS = {"torch": True, "hdf5": True, "ffcv": True, "dali": True, "gpu": False, "stream": True}
-USES_PIN = {"torch": True, "hdf5": True, "ffcv": False, "dali": False, "gpu": False, "stream": True}
-MIN_WORKERS = {"ffcv": 1, "dali": 1}  # both run max(1, workers) threads, so 0 and 1 are one configuration
+from loaders import BACKENDS, MIN_WORKERS, USES_PIN, USES_WORKERS
+from training.config import KIND_MODELS, MODEL_NAMES
+
+BACKEND_NAMES = tuple(BACKENDS)
+MODEL_CHOICES = ("none", *MODEL_NAMES)  # none: the loader alone; the *_text models need data with captions
 # FFCV's threads are numba's, which refuses more than NUMBA_NUM_THREADS (by default the cores the process may use):
 # above that the loader runs that many (loaders.ffcv_backend), so larger counts are one configuration
 THREAD_CAPPED = ("ffcv",)
@@ -78,8 +73,16 @@ class Job:
 
     @classmethod
     def from_dict(cls, d: dict) -> Job:
+        """A job from its record; a value train no longer offers becomes what is used instead, and stderr says so."""
+        from training.config import instead
+
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kept = {k: v for k, v in d.items() if k in known}
+        for key in ("precision", "grad_sync"):
+            kept[key], line = instead(key, kept.get(key, getattr(cls, key)))
+            if line:
+                print(f"bench: a job with {line}", file=sys.stderr)
+        return cls(**kept)
 
 
 def runs_in_words(names: list[str]) -> str:
@@ -101,13 +104,14 @@ def manifest_of(data: Path | str) -> dict:
 
 
 def preset_for(data: Path | str, device: str, vae: str | None = None, manifest: dict | None = None) -> str:
-    """The model whose appetite a bench measures against, for this data on this device (see KIND_PRESETS); latents,
-    cached or encoded in the step (`vae`), train a DiT. `manifest`: the data's, where already read."""
+    """The model whose appetite a bench measures against, for this data on this device: the preset that trains this
+    kind of data on a GPU (KIND_MODELS); on a CPU a tiny one, where ddpm_cifar10 takes seconds a step and a grid would
+    take hours. Latents, cached or encoded in the step (`vae`), train a DiT. `manifest`: the data's, where read."""
     kind = (manifest or manifest_of(data)).get("kind", "image")
     latent = kind == "latent" or vae is not None
     if not str(device).startswith("cuda"):
         return "dit_tiny" if latent else "tiny"
-    return KIND_PRESETS["latent" if latent else kind]
+    return KIND_MODELS["latent" if latent else kind]
 
 
 def thread_limit(cpus: int | None = None) -> int:

@@ -48,7 +48,7 @@ def child(args: argparse.Namespace) -> dict:
     from torch._dynamo.utils import compilation_time_metrics
 
     from training.diffusion import GaussianDiffusion
-    from training.model import UNET_PRESETS, Attention, ResBlock, UNet
+    from training.model import MODEL_PRESETS, Attention, ResBlock, UNet
 
     region = torch.compiler.nested_compile_region
     # ddpm_cifar10 has 11 ResBlock input shapes, more than the default 8 reuse entries
@@ -59,7 +59,7 @@ def child(args: argparse.Namespace) -> dict:
         UNet._cat = staticmethod(_CatBothDense.apply)
     cuda = args.device.startswith("cuda")
     torch.manual_seed(0)
-    cfg = UNET_PRESETS[args.model]()
+    cfg = MODEL_PRESETS[args.model]()
     layout = torch.channels_last if cuda else torch.contiguous_format  # as `train` runs it
     model = cfg.build().to(args.device, memory_format=layout)
     net = torch.compile(model, backend=args.backend, mode=args.mode)

@@ -10,13 +10,13 @@
 #                                         # reduce-overhead; the step graph's GPU tests (against the step launched op
 #                                         # by op on one GPU; against DDP's losses on 2) (~9 min fresh)
 #   bash bench/studies/scaling.sh call2   # what call1 left; dit_b2 b256 on synthetic latents (step-graph at 1/4, DDP
-#                                         # at 1/4, flat at 4); the other GPU tests (convert --vae on 2 and 4 GPUs
+#                                         # at 1/4, DDP at 4); the other GPU tests (convert --vae on 2 and 4 GPUs
 #                                         # against one, a rank killed under NCCL, the other ways against DDP);
-#                                         # profiler traces of 4 ranks (flat, step-graph) and of one GPU's step graph
-#   bash bench/studies/scaling.sh call3   # what call2 left; strong scaling at 512; DDP at 1/2/4; flat and
-#                                         # ddp-nosplit; the loaders at 4, 2 and all cores per rank; DDP's traces
+#                                         # profiler traces of 4 ranks (step-graph) and of one GPU's step graph
+#   bash bench/studies/scaling.sh call3   # what call2 left; strong scaling at 512; DDP at 1/2/4;
+#                                         # the loaders at 4, 2 and all cores per rank; DDP's traces
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graph graphtest graphsync weak
-# flat candidates gputest dit traces flattrace loaders cores strong bucket nccl summary.
+# gputest dit traces flattrace loaders cores strong nccl summary.
 # Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
 # missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -131,14 +131,6 @@ graphtest() {  # the step graph against the step launched op by op on one GPU (e
 weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
   grid weak-ddp "$D/cifar10" "${CIFAR[@]}" --nproc "$ALL"
 }
-flat() { grid weak-flat "$D/cifar10" "${CIFAR[@]}" --nproc "$MANY" --grad-sync flat; }
-candidates() {  # the ways that keep the compiled step whole: one flat all-reduce; DDP without Dynamo's split
-  flat
-  grid weak-nosplit "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-nosplit
-}
-bucket() {
-  grid weak-bucket100 "$D/cifar10" "${CIFAR[@]}" --nproc "$TOP" --grad-sync ddp-bucket100
-}
 
 latents() {  # 2,048 synthetic 32 px images through a tiny autoencoder that does not downsample: 4x32x32 latents,
   [ -f "$D/latents/manifest.json" ] && return  # DiT-B/2's input at 256 px (the SD VAE's), without its encoder's cost
@@ -158,7 +150,6 @@ dit() {
   grid dit-graph "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP" \
     --grad-sync step-graph
   grid dit-ddp "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP"
-  grid dit-flat "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "$TOP" --grad-sync flat
 }
 
 pytests() {  # pytests NAME -k EXPR: GPU tests of tests/test_ranks_gpu.py into $R/NAME, once
@@ -174,7 +165,7 @@ pytests() {  # pytests NAME -k EXPR: GPU tests of tests/test_ranks_gpu.py into $
 gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL; every --grad-sync compiled on 2
   # GPUs against DDP's losses (the step graph's first, in a step of its own)
   graphsync
-  pytests gputest -k "convert or killed or (every_grad and flat)"
+  pytests gputest -k "convert or killed or every_grad"
 }
 graphsync() { pytests graphsync -k "every_grad and step"; }
 
@@ -196,7 +187,6 @@ traces() {
   profiled ddp-np$TOP "$TOP" ddp
 }
 flattrace() {
-  profiled flat-np$TOP "$TOP" flat
   profiled graph-np1 1 step-graph
   profiled graph-np$TOP "$TOP" step-graph
 }
@@ -233,9 +223,9 @@ for STEP in "$@"; do
   case $STEP in
     call1) prep; graph; graphtest; graphsync ;;
     call2) prep; graph; graphtest; graphsync; dit; gputest; flattrace ;;  # (what an earlier call finished is skipped)
-    call3) prep; graph; graphtest; graphsync; dit; gputest; flattrace; strong; weak; candidates; loaders; cores
-           traces; bucket; nccl ;;
-    prep|graphtest|graphsync|graph|weak|flat|candidates|dit|gputest|traces|flattrace|loaders|cores|strong|bucket|nccl)
+    call3) prep; graph; graphtest; graphsync; dit; gputest; flattrace; strong; weak; loaders; cores
+           traces; nccl ;;
+    prep|graphtest|graphsync|graph|weak|dit|gputest|traces|flattrace|loaders|cores|strong|nccl)
       prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;

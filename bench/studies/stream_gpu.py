@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from training.config import GRAD_SYNCS
+from training.config import GRAD_SYNC_WAYS
 
 LATENT = (2, 2, 4, 32, 32)  # views, (mean, std), channels, h, w: DiT-B/2 at 256 px with an SD-shaped VAE
 DATA_OF = {"ddpm_cifar10": "images", "tiny": "images", "dit_b2": "latents", "dit_tiny": "latents"}
@@ -241,7 +241,7 @@ def main() -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile with CUDA graphs, as bench --compile")
     p.add_argument(
         "--grad-sync",
-        choices=GRAD_SYNCS,
+        choices=GRAD_SYNC_WAYS,
         default="ddp",
         help="train --grad-sync: step-graph makes the whole step one CUDA graph, one launch a step for the host",
     )
