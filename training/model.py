@@ -68,7 +68,15 @@ def preset(name: str):
 
 # the text models (cross-attention to the caption's tokens) build on this module's UNet: looked up when built
 TEXT_PRESETS = tuple(name for name in MODELS if name.endswith("_text"))
+
+
+def _built_later(name: str):
+    """A text model's preset, looked up when called (its module imports this one)."""
+    return lambda **overrides: preset(name)(**overrides)
+
+
 MODEL_PRESETS = {name: preset(name) for name in MODELS if name not in TEXT_PRESETS}
+MODEL_PRESETS |= {name: _built_later(name) for name in TEXT_PRESETS}
 
 
 def model_config(name: str, shape: tuple[int, int, int] | None, num_classes: int = 0, text_dim: int | None = None):
@@ -94,7 +102,7 @@ def _text_config(name: str, shape: tuple[int, int, int] | None, text_dim: int | 
     if shape is not None:
         c, h, w = shape
         fit |= {"in_channels": c} | ({"input_size": (h, w)} if name.startswith("dit") else {"image_size": h})
-    return preset(name)(**fit)  # imported here: the text models build on this module's UNet
+    return MODEL_PRESETS[name](**fit)
 
 
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
