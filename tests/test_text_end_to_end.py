@@ -1,0 +1,82 @@
+"""The text-to-image path a user types: `dataprep convert --text-encoder` on real CIFAR-10 images with a caption
+template, then `train` a text model on that data with no encoder at train time: it runs with caption dropout and
+sample grids (the empty caption's embedding cached by convert), learns, resumes exactly; a --text-encoder other than
+the cache's is refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from training_helpers import tiny_cfg
+
+from dataprep.cli import cli
+from dataprep.manifest import load_manifest
+from dataprep.textcache import TextTable
+from dataprep.textenc import load_text_encoder
+from training.cli import train
+from training.loop import main
+
+N = 64  # real CIFAR-10 images, 32x32
+
+
+@pytest.fixture(scope="module")
+def captioned(cifar_jpg_root, text_encoders, tmp_path_factory) -> Path:
+    """N CIFAR-10 images captioned "a photo of a {label}", embeddings cached by the tiny CLIP, as hdf5 and stream."""
+    out = tmp_path_factory.mktemp("text-e2e") / "data"
+    args = ["convert", "--input", str(cifar_jpg_root), "--output", str(out), "--format", "hdf5,stream"]
+    args += ["--limit", str(N), "--caption-template", "a photo of a {label}", "--workers", "1", "--quiet"]
+    r = CliRunner().invoke(cli, [*args, "--text-encoder", str(text_encoders["clip"]), "--batch-size", "16"])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _cfg(data: Path, out: Path, **overrides):
+    base = dict(model="tiny_text", loader="hdf5", batch_size=16, steps=6, lr=3e-3, log_every=1, ckpt_every=0)
+    return tiny_cfg(data, out, **(base | overrides))
+
+
+def test_convert_caches_the_empty_caption(captioned, text_encoders):
+    """The table holds the empty caption where the manifest says, equal to the encoder's own embedding of ""."""
+    m = load_manifest(captioned)
+    table = TextTable(captioned, m)
+    assert table.captions[m["text"]["empty_caption"]] == ""
+    got, want = table.empty(), load_text_encoder(text_encoders["clip"]).encode([""])
+    assert torch.equal(got.mask, want.mask)
+    torch.testing.assert_close(got.tokens.float(), want.tokens, rtol=2**-7, atol=1e-6)
+
+
+def test_cached_text_run_learns_and_samples(captioned, tmp_path):
+    """tiny_text on the cache, no --text-encoder, caption dropout on: the loss falls, the width comes from the data,
+    and the last step draws a sample grid from the cached empty caption."""
+    cfg = _cfg(captioned, tmp_path / "run", steps=16, ckpt_every=16, sample_every=16, sample_steps=2, sample_count=2)
+    summary = main(cfg)
+    first, last = sum(summary.losses[:4]) / 4, sum(summary.losses[-4:]) / 4
+    assert last < 0.8 * first, summary.losses
+    assert (tmp_path / "run" / "samples" / "step0000016.png").is_file()
+    saved = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=False)
+    assert saved["model_config"]["text_dim"] == load_manifest(captioned)["text"]["encoder"]["dim"]
+
+
+@pytest.mark.parametrize("loader", ["hdf5", "stream"])
+def test_cached_text_run_resumes_exactly(captioned, tmp_path, loader):
+    """4 steps then a resume to 6 give the losses and weights of 6 steps straight, caption dropout on."""
+    straight = main(_cfg(captioned, tmp_path / "straight", loader=loader))
+    main(_cfg(captioned, tmp_path / "resumed", loader=loader, steps=4, ckpt_every=4))
+    resumed = main(_cfg(captioned, tmp_path / "resumed", loader=loader, resume=True))
+    assert resumed.losses == straight.losses[4:]
+    assert resumed.param_checksum == straight.param_checksum
+
+
+def test_another_text_encoder_is_refused(captioned, text_encoders, tmp_path):
+    """train --text-encoder with an encoder other than the cache's exits non-zero with one line naming both."""
+    args = ["--data", str(captioned), "--out", str(tmp_path / "run"), "--model", "tiny_text", "--loader", "hdf5"]
+    args += ["--device", "cpu", "--steps", "2", "--no-progress", "--text-encoder", str(text_encoders["t5"])]
+    result = CliRunner().invoke(train, args)
+    assert result.exit_code != 0 and isinstance(result.exception, SystemExit), result.output
+    error = [line for line in result.output.splitlines() if line.startswith("Error")]
+    assert len(error) == 1 and "is not the text encoder that made the caption embeddings" in error[0], result.output
+    assert str(text_encoders["t5"]) in error[0] and "clip" in error[0]
+    assert not (tmp_path / "run" / "ckpt.pt").exists()
