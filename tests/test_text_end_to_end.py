@@ -80,3 +80,15 @@ def test_another_text_encoder_is_refused(captioned, text_encoders, tmp_path):
     assert len(error) == 1 and "is not the text encoder that made the caption embeddings" in error[0], result.output
     assert str(text_encoders["t5"]) in error[0] and "clip" in error[0]
     assert not (tmp_path / "run" / "ckpt.pt").exists()
+
+
+def test_data_free_batch_keeps_the_text(captioned):
+    """The resident batch `train --loader fastest` times the model on carries the cached caption embeddings, so a
+    text model's data-free steps run (the default loader choice of a text run)."""
+    from bench.fastest.probe_run import job_of
+    from bench.grid.run_one import build
+
+    key = dict(batch_size=8, model="tiny_text", device="cpu", compile=False, precision="fp32")
+    resident, _ = build(job_of(captioned, key, "t", kind="data_free", backend=None))
+    batch = next(iter(resident))
+    assert batch.text.tokens.shape[0] == 8 and batch.text.mask.any(1).all()
