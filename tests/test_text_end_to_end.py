@@ -33,6 +33,18 @@ def captioned(cifar_jpg_root, text_encoders, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def captioned_latents(cifar_jpg_root, text_encoders, image_vae, tmp_path_factory) -> Path:
+    """The same images as latents of the tiny VAE (4x16x16) with the same cached captions, in one pass."""
+    out = tmp_path_factory.mktemp("text-e2e") / "latents"
+    args = ["convert", "--input", str(cifar_jpg_root), "--output", str(out), "--format", "hdf5", "--limit", str(N)]
+    args += ["--caption-template", "a photo of a {label}", "--workers", "1", "--quiet", "--batch-size", "16"]
+    args += ["--text-encoder", str(text_encoders["clip"]), "--vae", str(image_vae), "--device", "cpu"]
+    r = CliRunner().invoke(cli, args)
+    assert r.exit_code == 0, r.output
+    return out
+
+
 def _cfg(data: Path, out: Path, **overrides):
     base = dict(model="tiny_text", loader="hdf5", batch_size=16, steps=6, lr=3e-3, log_every=1, ckpt_every=0)
     return tiny_cfg(data, out, **(base | overrides))
@@ -60,12 +72,21 @@ def test_cached_text_run_learns_and_samples(captioned, tmp_path):
     assert saved["model_config"]["text_dim"] == load_manifest(captioned)["text"]["encoder"]["dim"]
 
 
-@pytest.mark.parametrize("loader", ["hdf5", "stream"])
-def test_cached_text_run_resumes_exactly(captioned, tmp_path, loader):
-    """4 steps then a resume to 6 give the losses and weights of 6 steps straight, caption dropout on."""
-    straight = main(_cfg(captioned, tmp_path / "straight", loader=loader))
-    main(_cfg(captioned, tmp_path / "resumed", loader=loader, steps=4, ckpt_every=4))
-    resumed = main(_cfg(captioned, tmp_path / "resumed", loader=loader, resume=True))
+@pytest.mark.parametrize(
+    ("data", "loader", "model"),
+    [
+        ("captioned", "hdf5", "tiny_text"),
+        ("captioned", "stream", "tiny_text"),
+        ("captioned_latents", "hdf5", "dit_tiny_text"),
+    ],
+)
+def test_cached_text_run_resumes_exactly(request, tmp_path, data, loader, model):
+    """4 steps then a resume to 6 give the losses and weights of 6 steps straight, caption dropout on: pixels from
+    hdf5 and from local stream shards, and DiT on cached latents."""
+    data, opts = request.getfixturevalue(data), dict(loader=loader, model=model)
+    straight = main(_cfg(data, tmp_path / "straight", **opts))
+    main(_cfg(data, tmp_path / "resumed", steps=4, ckpt_every=4, **opts))
+    resumed = main(_cfg(data, tmp_path / "resumed", resume=True, **opts))
     assert resumed.losses == straight.losses[4:]
     assert resumed.param_checksum == straight.param_checksum
 
