@@ -133,6 +133,11 @@ def _text_ok(text) -> bool:
         and all(_is_int(enc.get(k), 1) for k in ("dim", "pooled_dim"))
         and text.get("dtype") in ("bf16", "fp16")
         and all(_is_int(text.get(k)) for k in ("captions", "tokens", "max_tokens"))
+        and (
+            text.get("empty_caption") is None
+            or _is_int(text["empty_caption"])
+            and text["empty_caption"] < text["captions"]
+        )
         and _format_ok(text)
         and "files" in text
     )

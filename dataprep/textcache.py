@@ -6,6 +6,9 @@ latents), and what the loaders read back.
     text/offsets.bin    (U + 1,) <i8: caption i's tokens are rows offsets[i]..offsets[i+1] of tokens.bin
     text/pooled.bin     (U, P) one pooled vector per distinct caption
 
+The empty caption is always one of them (`manifest["text"]["empty_caption"]` its id): caption dropout for
+classifier-free guidance trains on it, and a run on the cache needs no text encoder to have it.
+
 Embeddings are stored as fp16 or bf16 (`manifest["text"]["dtype"]`), both as their 16-bit patterns, little-endian
 (numpy has no bfloat16). One table serves every format: each format stores the captions themselves
 (dataprep.formats), and a loader maps a batch's captions to their rows here and pads them to the batch's longest
@@ -22,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .digest import file_sha256
 from .paths import inside, open_regular
 from .sources.base import Chunk
 
@@ -103,6 +107,7 @@ class TextCacheWriter:
 
     def finish(self) -> tuple[list[Path], dict]:
         """Flush and close; (the files written, relative to the output; the manifest's "text" entry but its files)."""
+        self.add([""])  # the empty caption: every rank adds it, so the ranks' turns stay the same
         if self.pending:
             self._encode(self.pending)
             self.pending = []
@@ -121,12 +126,14 @@ class TextCacheWriter:
                 "name": Path(enc.name).name,
                 "kind": enc.kind,
                 "config_sha256": _config_sha256(Path(enc.name)),
+                "sha256": encoder_sha256(Path(enc.name)),
                 "dim": int(enc.dim),
                 "pooled_dim": int(enc.pooled_dim),
             },
             "dtype": self.dtype,
             "max_tokens": int(enc.max_tokens),
             "captions": len(self.ids),
+            "empty_caption": self.ids.get(""),
             "tokens": int(self.offsets[-1]),
             "processes": self.world,  # the ranks that shared the encoding (torchrun)
         }
@@ -151,11 +158,38 @@ def _config_sha256(folder: Path) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def encoder_sha256(folder: Path) -> str:
+    """sha256 over a text encoder folder's files (names and contents, in name order): the weights as saved, whatever
+    dtype a process loads them in, and the tokenizer, which decides the tokens as much as the weights do."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        h.update(file_sha256(path).encode())
+    return h.hexdigest()
+
+
+def check_encoder_identity(encoder, text: dict, data: str) -> None:
+    """Raise TextEncoderError unless `encoder` is the one whose embeddings a manifest's `text` entry describes: its
+    kind and the sha256 of its folder (its place may differ). Prompts or the empty caption encoded by another encoder
+    would live in another embedding space than the cached captions, and training would go on without an error."""
+    from .textenc import TextEncoderError
+
+    recorded = text.get("encoder") if isinstance(text.get("encoder"), dict) else {}
+    have = encoder_sha256(Path(encoder.name))
+    if recorded.get("kind") == encoder.kind and recorded.get("sha256") == have:
+        return
+    raise TextEncoderError(
+        f"{encoder.name} ({encoder.kind}, sha256 {have[:16]}...) is not the text encoder that made the caption "
+        f"embeddings of {data}: {recorded.get('name')} ({recorded.get('kind')}, sha256 "
+        f"{str(recorded.get('sha256'))[:16]}...); pass that one, drop --text-encoder, or convert the data again"
+    )
+
+
 class TextTable:
     """The cached embeddings of a converted dataset (memory-mapped), looked up by caption."""
 
     def __init__(self, data_dir: Path, manifest: dict) -> None:
-        text = manifest["text"]
+        text = self.manifest_text = manifest["text"]
         self.dtype = text["dtype"]
         dim, pooled_dim, count, total = (
             int(v) for v in (text["encoder"]["dim"], text["encoder"]["pooled_dim"], text["captions"], text["tokens"])
@@ -167,6 +201,11 @@ class TextTable:
         self.offsets = np.fromfile(root / OFFSETS, "<i8")
         self.tokens = _mapped(root / TOKENS, (total, dim))
         self.pooled = _mapped(root / POOLED, (count, pooled_dim))
+
+    def empty(self):
+        """The empty caption's embedding (one row, textenc.TextEmbeddings on the CPU); None in a table without it."""
+        row = self.manifest_text.get("empty_caption")
+        return None if row is None else self.lookup([self.captions[row]])
 
     def lookup(self, captions: list[str]):
         """The captions' embeddings as textenc.TextEmbeddings on the CPU, padded to the longest of them."""
@@ -207,4 +246,7 @@ def check_table(data_dir: Path, manifest: dict) -> str | None:
         return f"{root / CAPTIONS}: unreadable ({e})"
     if not isinstance(captions, list) or len(captions) != count or len(set(map(str, captions))) != count:
         return f"{root / CAPTIONS}: not a list of {count} distinct captions"
+    empty = text.get("empty_caption")
+    if empty is not None and captions[empty] != "":
+        return f"{root / CAPTIONS}: caption {empty} is not the empty caption the manifest says it is"
     return None

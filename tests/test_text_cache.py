@@ -47,7 +47,8 @@ def stored_captions(out: Path) -> list[str]:
 @pytest.mark.parametrize(("kind", "dtype"), [("clip", "fp16"), ("t5", "bf16")])
 def test_cached_embeddings_equal_an_independent_encoding(cifar, text_encoders, tmp_path, kind, dtype):
     """Every sample's cached tokens, mask and pooled vector equal the encoder's own output for its caption, to one
-    rounding of the stored dtype; each distinct caption stored once, and only its valid tokens."""
+    rounding of the stored dtype; each distinct caption stored once, the empty caption among them, and only its
+    valid tokens."""
     r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders[kind]), "--text-dtype", dtype)
     assert r.exit_code == 0, r.output
     captions = stored_captions(tmp_path / "out")
@@ -60,8 +61,10 @@ def test_cached_embeddings_equal_an_independent_encoding(cifar, text_encoders, t
     for a, b in ((got.tokens, want.tokens), (got.pooled, want.pooled)):
         assert torch.allclose(a.float(), b, rtol=RELATIVE[dtype], atol=1e-6)
     t = m["text"]
-    assert t["captions"] == len(set(captions)) < len(captions)
-    assert t["tokens"] == int(want.mask.sum(1)[[captions.index(c) for c in set(captions)]].sum())
+    distinct = [*set(captions), ""]  # the empty caption: caption dropout's, cached once
+    assert t["captions"] == len(distinct) < len(captions) and "" not in captions
+    want_all = load_text_encoder(text_encoders[kind]).encode(distinct)
+    assert t["tokens"] == int(want_all.mask.sum())
     assert (t["encoder"]["name"], t["encoder"]["kind"], t["dtype"]) == (kind, kind, dtype)
     assert verify(tmp_path / "out") == []
 
@@ -109,7 +112,7 @@ def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_p
     assert (
         m["kind"] == "latent"
         and m["count"] == 8
-        and m["text"]["captions"] == len(set(stored_captions(tmp_path / "out")))
+        and m["text"]["captions"] == len(set(stored_captions(tmp_path / "out")) | {""})
     )
     assert verify(tmp_path / "out") == []
 

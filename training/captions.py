@@ -93,12 +93,15 @@ class Captions:
         dropout: float,
         max_tokens: int | None = None,
         empty: TextEmbeddings | None = None,
+        dim: int | None = None,
     ) -> None:
         self.device, self.dropout, self.encoder_path, self.max_tokens = device, dropout, encoder_path, max_tokens
         self.encoder = self._load(encoder_path) if encoder_path else None
-        self.empty = self.encoder.encode([""]) if self.encoder else empty
+        # the data's own empty caption first: a run on a cache is then the same with or without --text-encoder
+        self.empty = empty if empty is not None or not self.encoder else self.encoder.encode([""])
         if self.empty is not None:
             self.empty = self.empty.to(device)
+        self._dim = dim
 
     def _load(self, path: str):
         try:
@@ -106,9 +109,30 @@ class Captions:
         except TextEncoderError as e:
             raise DataError(f"--text-encoder: {e}") from None
 
+    @classmethod
+    def for_data(cls, cfg, manifest: dict | None, device: str) -> Captions:
+        """The run's captions: with embeddings cached in the data (convert --text-encoder), their width and empty
+        caption from the manifest and its table, and a --text-encoder only where it is the one that made them."""
+        text = (manifest or {}).get("text")
+        if not isinstance(text, dict):
+            return cls(cfg.text_encoder, device, cfg.caption_dropout)
+        from dataprep.textcache import TextTable, check_encoder_identity
+
+        captions = cls(
+            cfg.text_encoder, device, cfg.caption_dropout, int(text["max_tokens"]), None, int(text["encoder"]["dim"])
+        )
+        if captions.encoder is not None:
+            try:
+                check_encoder_identity(captions.encoder, text, str(cfg.data))
+            except TextEncoderError as e:
+                raise DataError(f"--text-encoder: {e}") from None
+        if "empty_caption" in text and "://" not in str(cfg.data):  # a remote cache: the loader says it reads none
+            captions.empty = TextTable(Path(cfg.data), manifest).empty().to(device)
+        return captions
+
     @property
     def dim(self) -> int | None:
-        return self.encoder.dim if self.encoder else None
+        return self.encoder.dim if self.encoder else self._dim
 
     def missing(self, cfg) -> str | None:
         """What this run needs of the empty caption and cannot have, known before the first step; None when fine."""
@@ -121,10 +145,11 @@ class Captions:
         ]
         if not needs:
             return None
+        verb = "needs" if len(needs) == 1 else "need"
         return (
-            f"{' and '.join(needs)} need the empty caption's embedding, which this data does not hold: pass "
-            "--text-encoder PATH (the encoder of the cached captions; it encodes it once), or --caption-dropout 0 "
-            "--sample-every 0"
+            f"{' and '.join(needs)} {verb} the empty caption's embedding, which this data does not hold (convert it"
+            " again to cache it); pass --text-encoder PATH (the encoder of the cached captions; it encodes it once),"
+            " or --caption-dropout 0 --sample-every 0"
         )
 
     def embed(self, text) -> TextEmbeddings:

@@ -133,7 +133,7 @@ def prepare(cfg: TrainConfig, loader, world: ddp.Dist, device: str, stop: StopOn
 
     # model, EMA copy, diffusion, optimizer: the same init on every rank (DDP broadcasts it as well)
     torch.manual_seed(cfg.seed)
-    captions = _captions(cfg, spec.model, device)
+    captions = _captions(cfg, spec, device)
     text_dim = captions.dim if captions else None
     mcfg = model_config(spec.model, encoder.shape if encoder else spec.shape, spec.classes, text_dim)
     stateful = _build(cfg, mcfg, device)
@@ -205,18 +205,19 @@ def prepare(cfg: TrainConfig, loader, world: ddp.Dist, device: str, stop: StopOn
     )
 
 
-def _captions(cfg: TrainConfig, model: str, device: str):
+def _captions(cfg: TrainConfig, spec: DataSpec, device: str):
     """Text models (and --text-encoder runs): what prepares each batch's captions; None for the others."""
     from .data import DataError
     from .model import TEXT_PRESETS
 
+    model = spec.model
     if model not in TEXT_PRESETS and not cfg.text_encoder:
         return None
     if model not in TEXT_PRESETS:
         raise DataError(f"--text-encoder: {model} takes no captions; pick a text model ({', '.join(TEXT_PRESETS)})")
     from .captions import Captions
 
-    captions = Captions(cfg.text_encoder, device, cfg.caption_dropout)
+    captions = Captions.for_data(cfg, spec.manifest, device)
     problem = captions.missing(cfg)
     if problem:
         raise DataError(problem)

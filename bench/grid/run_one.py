@@ -79,7 +79,7 @@ def build(job: Job):
     source = "stream" if is_remote(job.data) else next((b for b, f in DATA_FREE_SOURCES if f in formats), "hdf5")
     with build_loader(source, job.data, workers=int(source in ("ffcv", "dali")), pin_memory=False, **opts) as real:
         first = next(iter(real))
-        batch = type(first)(first.x.clone(), first.y.clone())
+        batch = type(first)(first.x.clone(), first.y.clone(), first.text)  # a text model's steps need the text
     return ResidentLoader(batch, max(1, len(real))), time.perf_counter() - t0
 
 
