@@ -22,7 +22,9 @@ from pathlib import Path
 
 import torch
 
-from ..records.env import run_record, write_json_atomic
+from dataprep.atomic import write_json
+
+from ..records.env import run_record
 
 WORDS = "a photo of the small large red blue green dog cat car house tree river city night sky old man woman".split()
 
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{name}: cached {cached:,.1f} samples/s, online {online:,.1f}: x{cached / online:.2f}", file=sys.stderr
             )
     record = {"run": run_record(args.device), "model": args.model, "batch_size": args.batch_size, "rows": rows}
-    write_json_atomic(args.out, record | {"steps": args.steps, "warmup": args.warmup, "captions": args.captions})
+    write_json(args.out, record | {"steps": args.steps, "warmup": args.warmup, "captions": args.captions})
     return 0
 
 
