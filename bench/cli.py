@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import data_location, renamed, take_renamed
-from dataprep.text import printable
+from common.cli import data_location, renamed, take_renamed
+from common.text import printable
 from training.config import PRECISIONS
 
 from .cli_checks import answer, check_cpus, pick_device
@@ -36,7 +36,7 @@ def cli() -> None:
 def loaders(data: Path | str, as_json: bool, **options) -> None:
     """Run every configuration of the grid in a fresh process: one JSON each, results.csv, results.md, plots, and
     the answer: does the model starve, and which configuration feeds it."""
-    from dataprep.stopping import Stopped
+    from common.stopping import Stopped
 
     from .grid.job import capped, runs_in_words
     from .grid.runner import run_grid
@@ -120,7 +120,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
     import json
     import shutil
 
-    from dataprep.stopping import wait_for_the_program
+    from common.stopping import wait_for_the_program
 
     from .watcher.session import WatchConfig, describe, watch_command
 
@@ -178,7 +178,7 @@ def fastest(
     import json
     import sys
 
-    from dataprep import ranks
+    from common import ranks
     from loaders import LoaderError
     from training.cpu_defaults import CpuDefaults
 
@@ -228,6 +228,6 @@ cli.add_command(soak_cmd, name="soak")
 
 
 def main() -> None:
-    from dataprep.stopping import run
+    from common.stopping import run
 
     run(cli)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from dataprep.text import printable
+from common.text import printable
 
 from .grid.job import BACKEND_NAMES
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dataprep.cli_common import check_vae_option, renamed, take_renamed
+from common.cli import check_vae_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
 from training.config import GRAD_SYNC_WAYS, PRECISIONS

@@ -12,7 +12,7 @@ import json
 import os
 from fnmatch import fnmatch
 
-from .paths import NotRegularError, open_regular
+from common.paths import NotRegularError, open_regular
 
 BENCH_DIR = ".gpufeed-bench"
 _TMP = (".*.tmp-*", "*.tmp")

@@ -153,7 +153,8 @@ def convert(
     timings,
 ) -> None:
     """Convert a dataset into the chosen formats, with a manifest and checksums."""
-    from .cli_common import check_vae_option
+    from common.cli import check_vae_option
+
     from .convert import ConvertConfig
     from .convert import convert as run
 
@@ -197,7 +198,7 @@ def convert(
     manifest = _guard(run, cfg)
     if not manifest:  # a rank other than 0 under torchrun: it encoded its share, rank 0 wrote the output
         return
-    from .text import printable
+    from common.text import printable
 
     click.echo(f"wrote {manifest['count']:,} samples to {printable(output)} ({', '.join(manifest['formats'])})")
     if manifest["skipped"]:
@@ -210,11 +211,12 @@ def convert(
 @click.argument("data_dir", callback=_location)
 def verify(data_dir: Path | str) -> None:
     """Re-hash every file and re-read every sample of every format against the manifest (s3://: downloaded first)."""
+    from common.text import printable
+
     from .fields import unchecked_note
     from .manifest import load_manifest, resize_line
     from .remote import is_remote, load_remote_manifest, verify_remote
     from .remote_write import leftover_lines
-    from .text import printable
     from .verify import verify as run
 
     remote = is_remote(data_dir)
@@ -252,8 +254,9 @@ def info(data_dir: Path | str) -> None:
 def make_vae(path: Path, shape: str) -> None:
     """Write an AutoencoderKL with random weights to PATH, for `convert --vae PATH` without the network: speed only,
     no quality (needs .[latent])."""
+    from common.text import printable
+
     from .latents.random_vae import make_vae as make
-    from .text import printable
 
     try:
         params = make(path, shape)
@@ -280,7 +283,8 @@ def make_vae(path: Path, shape: str) -> None:
 def make_text_encoder(kind: str, path: Path, size: str) -> None:
     """Build a text encoder from its config with random weights (nothing downloaded) and save its model and tokenizer
     into the new folder PATH, for --text-encoder: the speed of a real one, not its meaning."""
-    from .text import printable
+    from common.text import printable
+
     from .textenc import make_text_encoder as make
 
     _guard(make, kind, path, size)
@@ -305,11 +309,12 @@ def _device(device: str | None, encoder: str | None) -> str | None:
 def _guard(fn, *args):
     """Known failures become one-line errors with a non-zero exit, never a traceback; whatever they quote from the
     data (file names, classes) is shown with control characters escaped."""
+    from common.text import printable
+
     from .convert import ConvertError
     from .manifest import ManifestError
     from .parallel import WorkerDied
     from .sources import BadSample, InputError
-    from .text import printable
     from .workdir import OutputError
 
     try:
@@ -327,6 +332,6 @@ def _guard(fn, *args):
 
 
 def main() -> None:
-    from .stopping import run
+    from common.stopping import run
 
     run(cli)

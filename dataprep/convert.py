@@ -14,8 +14,9 @@ import time
 from itertools import chain
 from pathlib import Path
 
-from . import ranks
-from .atomic import write_json
+from common import ranks
+from common.atomic import write_json
+
 from .convert_config import ConvertConfig, ConvertError
 from .convert_input import chunk_size, open_source, read_from, usable, with_templates
 from .convert_latents import (

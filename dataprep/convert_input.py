@@ -7,7 +7,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from . import ranks
+from common import ranks
+
 from .convert_config import ConvertConfig, ConvertError
 from .sources import AudioSpec, Chunk, build_source
 from .sources.captions import Templates

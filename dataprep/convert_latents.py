@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import chain
 
-from . import ranks
+from common import ranks
+
 from .convert_config import ConvertConfig
 from .convert_input import chunk_size, open_source, usable, with_templates
 from .sources import AudioSpec, Chunk
@@ -20,7 +21,7 @@ from .timings import Timings
 def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
     """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
     its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
-    "terminate called without an active exception"). A rank that fails ends every rank promptly (dataprep.ranks)."""
+    "terminate called without an active exception"). A rank that fails ends every rank promptly (common.ranks)."""
     if (cfg.vae is None and cfg.text_encoder is None) or ranks.world()[1] == 1:
         yield
         return

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .paths import open_regular
+from common.paths import open_regular
+
 from .sources.base import Chunk
 
 
@@ -101,7 +102,7 @@ def _records(chunk: Chunk) -> np.ndarray:
 
 
 def file_sha256(path: Path, block: int = 1 << 20) -> str:
-    """sha256 of a regular file (a FIFO in its place is refused, not waited on: dataprep.paths)."""
+    """sha256 of a regular file (a FIFO in its place is refused, not waited on: common.paths)."""
     with open_regular(path) as f:
         return stream_sha256(f, block)
 

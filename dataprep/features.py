@@ -150,7 +150,7 @@ def audioldm_frames(num_samples: int) -> int:
 def audioldm_input(sample_rate: int, channels: int, num_samples: int) -> tuple[tuple[int, int, int], dict]:
     """The autoencoder's input shape (1, frames, AUDIOLDM_N_MELS) for clips of this data, and its description for the
     manifest; a VaeError saying how to convert instead where the clips are not mono at 16 kHz."""
-    from .vae_name import VaeError
+    from common.vae_name import VaeError
 
     if sample_rate != AUDIOLDM_SAMPLE_RATE or channels != 1:
         raise VaeError(

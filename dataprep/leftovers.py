@@ -24,9 +24,10 @@ import os
 import shutil
 from pathlib import Path
 
-from .atomic import LOCK, owner_alive
+from common.atomic import LOCK, owner_alive
+from common.text import printable
+
 from .overwrite import MANIFEST, not_ours, real, relation
-from .text import printable
 
 
 def _ended(out: Path) -> list[int]:

@@ -6,8 +6,8 @@ import json
 import math
 from pathlib import Path
 
-from .paths import NotRegularError, OutsideError, inside, names_inside, open_regular
-from .text import printable
+from common.paths import NotRegularError, OutsideError, inside, names_inside, open_regular
+from common.text import printable
 
 NAME = "manifest.json"
 REQUIRED = ("kind", "sample_shape", "dtype", "count", "classes", "digest", "formats")

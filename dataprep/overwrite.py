@@ -15,9 +15,10 @@ import json
 import os
 from collections.abc import Iterable
 
+from common.paths import NotRegularError, open_regular
+from common.text import printable
+
 from .benchdir import BENCH_DIR, not_bench
-from .paths import NotRegularError, open_regular
-from .text import printable
 
 MANIFEST = "manifest.json"
 MANIFEST_BYTES = 256 << 20  # a manifest lists ~170 bytes per file: 1.5 million files; more is not one of ours

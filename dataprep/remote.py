@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .paths import SCHEME
-from .text import printable
+from common.paths import SCHEME
+from common.text import printable
 
 MANIFEST = "manifest.json"
 CONNECT_S = 2.0  # a server on the same network answers a connect in milliseconds; a dead one must fail fast
@@ -229,8 +229,9 @@ def download_dataset(location, target: Path, progress: bool = False) -> dict:
     """Every file the manifest lists, into `target` (for verify) under the names it lists; returns the manifest."""
     from tqdm import tqdm
 
+    from common.paths import all_inside
+
     from .manifest import file_lists
-    from .paths import all_inside
 
     manifest = load_remote_manifest(location)
     files = files_url(location, manifest)

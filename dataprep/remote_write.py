@@ -20,6 +20,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.text import printable
+
 from .overwrite import MANIFEST_BYTES, listed_paths
 from .remote import (
     GENERATION,
@@ -33,7 +35,6 @@ from .remote import (
     list_names,
     require_bucket,
 )
-from .text import printable
 
 DELETE_BATCH = 1000  # keys per DeleteObjects request, S3's limit
 LEFTOVER = "leftover of an interrupted upload"

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import inside, open_regular
+
 from .digest import file_sha256
-from .paths import inside, open_regular
 from .sources.base import Chunk
 
 DIRNAME = "text"

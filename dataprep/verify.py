@@ -7,13 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import NotRegularError, OutsideError, all_inside, open_regular
+
 from .digest import SampleDigest, stream_sha256
 from .fields import changed_fields
 from .finite import first_non_finite
 from .formats import module
 from .formats.base import has_captions
 from .manifest import NAME, file_lists, load_manifest, require_verifiable
-from .paths import NotRegularError, OutsideError, all_inside, open_regular
 from .textcache import check_table
 
 

@@ -5,7 +5,7 @@ An interrupted or failed conversion never leaves a directory that looks complete
 tell a dead one's leftovers from a live one's and complete, roll back or remove them (dataprep.leftovers). The
 output is resolved first (symbolic links followed) and checked against the input, and an existing one is replaced
 only where dataprep wrote it (dataprep.overwrite): checked at the start, and again at the publish, whose rename
-never replaces anything that appeared in between (dataprep.noreplace)."""
+never replaces anything that appeared in between (common.noreplace)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from .atomic import LOCK
+from common.atomic import LOCK
+from common.noreplace import rename_new
+from common.text import printable
+
 from .leftovers import recover
-from .noreplace import rename_new
 from .overwrite import OutputError, check_apart, check_replaceable, real, still_replaceable
-from .text import printable
 
 __all__ = ["LOCK", "OutputError", "Workdir"]
 

@@ -44,8 +44,8 @@ def backend_label(name: str, device: str) -> str:
 
 def build_loader(name: str, data_dir: str | Path, **options):
     """Build backend `name` over a `dataprep convert` directory. Options: see loaders.base.LoaderOptions."""
+    from common.paths import NotRegularError, OutsideError
     from dataprep.manifest import ManifestError, load_manifest
-    from dataprep.paths import NotRegularError, OutsideError
     from dataprep.remote import RemoteError, S3Url, files_url, is_remote, load_remote_manifest
 
     from .base import LoaderOptions

@@ -4,7 +4,7 @@ Backends differ in how uint8 pixels (or float32 clips) reach `device`. Unshuffle
 the same samples in the same order with the same values (the conformance suite checks it pixel by pixel): the
 arithmetic is one definition here, `finish_images` (normalize to [-1, 1], flip, channels_last), `finish_audio`
 (dataprep.features.train_log_mel, computed on `device`) and `finish_latents` (a view and a draw from the stored
-latent moments, scaled by dataprep.latents.vae.scale_latents); DALI's fused crop_mirror_normalize computes the same.
+latent moments, scaled by common.vae.scale_latents); DALI's fused crop_mirror_normalize computes the same.
 Shuffled, each backend draws its own order and flips from the seed (every sample once per epoch, about half flipped),
 so two backends train on equally distributed but not identical batch sequences."""
 
@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.vae import scale_latents
 from dataprep.features import train_log_mel
-from dataprep.latents.vae import scale_latents
 
 
 @dataclass

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dataprep.torch_private import shutdown_workers
+from common.torch_private import shutdown_workers
 
 from .base import Batch, Loader, shard_indices
 from .workers import start_worker, worker_errors

@@ -3,7 +3,7 @@
 Without them a truncated `.beton` surfaces as FFCV's `ValueError: negative dimensions are not allowed`, a truncated
 DALI shard as `Current pipeline object is no longer valid`, and a damaged HDF5 file as a traceback from inside a
 DataLoader worker. What is checked costs no hashing: every name found in the directory stays inside it
-(dataprep.paths); every listed file's existence and size against the manifest; the HDF5 datasets' shapes and dtypes;
+(common.paths); every listed file's existence and size against the manifest; the HDF5 datasets' shapes and dtypes;
 the FFCV header, field table, per-sample metadata and allocation table (every pointer inside the file); each DALI
 index line (extensions, sizes, offsets inside its shard); the `files` index against the listed files. A flipped bit
 that leaves all of these intact (a pixel, a tar header) passes: `dataprep verify` re-hashes every file and catches
@@ -21,8 +21,8 @@ from stat import S_ISLNK, S_ISREG
 
 import numpy as np
 
+from common.paths import NotRegularError, all_inside, inside
 from dataprep.fields import changed_fields
-from dataprep.paths import NotRegularError, all_inside, inside
 
 from .errors import LoaderError
 
@@ -92,7 +92,7 @@ def check_format(data_dir: Path, manifest: dict, fmt: str) -> None:
 def _text_table(data_dir: Path, manifest: dict) -> str | None:
     """The cached caption embeddings (dataprep.textcache): inside the directory, regular files, sizes and offsets
     that fit the manifest, so a lookup never reads past a file."""
-    from dataprep.paths import require_regular
+    from common.paths import require_regular
     from dataprep.textcache import check_table
 
     names = [f["path"] for f in manifest["text"]["files"]]

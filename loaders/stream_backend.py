@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.litdata_private import fetch_with_boto3, read_for_ranks, unprinted_crashes, use_s3_downloader
+from common.text import printable
+from common.torch_private import shutdown_workers, workers_running
 from dataprep.formats.stream import DIRNAME, INDEX, TEXT, read_failure, unpack
-from dataprep.litdata_private import fetch_with_boto3, read_for_ranks, unprinted_crashes, use_s3_downloader
-from dataprep.text import printable
-from dataprep.torch_private import shutdown_workers, workers_running
 
 from .base import Batch, Loader
 from .errors import LoaderError
@@ -117,7 +117,7 @@ class StreamLoader(Loader):
         on)."""
         from litdata import StreamingDataLoader
 
-        from dataprep.litdata_private import AlignedStreamingDataset
+        from common.litdata_private import AlignedStreamingDataset
 
         o = self.opts
         source = f"{self.files.rstrip('/')}/{DIRNAME}" if self.remote else str(self.data_dir / DIRNAME)

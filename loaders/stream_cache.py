@@ -18,8 +18,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from dataprep.atomic import LOCK, owner_alive
-from dataprep.noreplace import rename_new
+from common.atomic import LOCK, owner_alive
+from common.noreplace import rename_new
 
 from .errors import LoaderError
 

@@ -1,4 +1,4 @@
-"""What the stream loader adds to LitData's reading of shards from object storage (through dataprep.litdata_private):
+"""What the stream loader adds to LitData's reading of shards from object storage (through common.litdata_private):
 each downloaded file checked against the manifest's sha256 before the reader sees it, the S3 client's errors worded
 as one line, and gpufeed's own message found in LitData's report of a crashed prefetch thread."""
 
@@ -68,7 +68,7 @@ def crash_message(error: BaseException) -> str | None:
 def stream_worker_init(worker_id: int) -> None:
     """DataLoader `worker_init_fn` of the stream loader: loaders.workers.start_worker, and the checking downloader
     registered in the worker too (a worker started by a fork server or spawn has LitData's own)."""
-    from dataprep.litdata_private import use_s3_downloader
+    from common.litdata_private import use_s3_downloader
 
     from .workers import start_worker
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dataprep", "loaders", "training", "bench")
+PACKAGES = ("common", "dataprep", "loaders", "training", "bench")
 
 
 def imports_between_packages(root: Path = ROOT, packages=PACKAGES) -> dict[tuple[str, str], list[str]]:

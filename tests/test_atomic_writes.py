@@ -1,4 +1,4 @@
-"""Files written in place go through one writer (dataprep.atomic): no writer of dataprep, train or bench writes
+"""Files written in place go through one writer (common.atomic): no writer of dataprep, train or bench writes
 through a link planted at a temporary name, and no module outside the few that publish whole directories renames or
 replaces files itself."""
 
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dataprep", "loaders", "training", "bench")
+PACKAGES = ("common", "dataprep", "loaders", "training", "bench")
 # the writer itself, the no-replace rename, and the publish and restore of a conversion's whole output directory
-MAY_RENAME = {"dataprep/atomic.py", "dataprep/noreplace.py", "dataprep/workdir.py", "dataprep/leftovers.py"}
+MAY_RENAME = {"common/atomic.py", "common/noreplace.py", "dataprep/workdir.py", "dataprep/leftovers.py"}
 
 
 def _json(path: Path) -> None:
-    from dataprep.atomic import write_json
+    from common.atomic import write_json
 
     write_json(path, {"written": True})
 
@@ -50,7 +50,7 @@ def _rank_file(path: Path) -> None:
 
 
 SITES = {
-    "dataprep.atomic.write_json": ("out.json", _json),
+    "common.atomic.write_json": ("out.json", _json),
     "bench.records.rows.write_csv": ("results.csv", _csv),
     "bench.report.answer.write_summary": ("summary.json", _summary),
     "training.summary.write": ("summary.json", _run_summary),
@@ -97,14 +97,14 @@ def renames(source: str, filename: str = "<string>") -> list[int]:
 
 
 def test_no_module_renames_files_outside_the_writer():
-    """Only the writer and the directory publish rename files; every other write goes through dataprep.atomic."""
+    """Only the writer and the directory publish rename files; every other write goes through common.atomic."""
     found = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
             if rel not in MAY_RENAME:
                 found += [f"{rel}:{line}" for line in renames(path.read_text(), rel)]
-    assert not found, f"write through dataprep.atomic.written (or rename_new), not a rename of its own: {found}"
+    assert not found, f"write through common.atomic.written (or rename_new), not a rename of its own: {found}"
 
 
 def test_the_rename_check_sees_each_form():

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from dataprep_helpers import stored_order
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 from dataprep.cli import cli
 from dataprep.formats import module
 from dataprep.manifest import load_manifest

@@ -187,7 +187,7 @@ def test_a_gpu_cache_from_another_inductor_folder_says_how_to_keep_its_tuning(sa
     """Triton kernels restored from the artifacts look for their autotuning results where they were compiled: a GPU
     file saved under another local Inductor cache loads, and the note names that folder and the variable that
     avoids tuning again. A CPU file (no Triton autotuning) says nothing of it."""
-    from dataprep.torch_private import inductor_dir
+    from common.torch_private import inductor_dir
 
     (source,) = saved[0].glob("probe-*.bin")
     header, payload = source.read_bytes().split(b"\n", 1)

@@ -146,7 +146,7 @@ def test_a_fifo_at_the_cache_files_name_is_skipped_at_once(cache):
 WRITER = """
 import sys, time
 from pathlib import Path
-from dataprep.atomic import written
+from common.atomic import written
 with written(Path(sys.argv[1]), mode=0o600) as tmp:
     tmp.write_bytes(b"half the kernels")
     print("writing", flush=True)

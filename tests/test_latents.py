@@ -20,8 +20,8 @@ from dataprep_helpers import FORMATS, random_images
 from latent_helpers import SCALING, SHIFT, read_stored
 from PIL import Image
 
+from common.vae import VaeError, load_vae
 from dataprep.cli import cli
-from dataprep.latents import VaeError, load_vae
 from dataprep.latents.encode import LatentEncoder
 from dataprep.manifest import load_manifest
 from dataprep.sources.base import AudioSpec, Chunk

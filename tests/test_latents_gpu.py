@@ -55,7 +55,7 @@ def test_sd_encoder_on_cuda_matches_the_cpu(sd_vae, tmp_path):
 def test_eager_gpu_encoder_replays_one_graph_per_shape_and_matches_plain_eager(sd_vae):
     """The conversion's eager GPU encoder is a CUDA graph: each replay reads its new input, and gives what the plain
     eager forward gives (the same kernels)."""
-    from dataprep.latents import load_vae
+    from common.vae import load_vae
     from dataprep.latents.graphed import GraphedMoments
 
     vae = load_vae(sd_vae, "cuda")
@@ -75,7 +75,7 @@ def test_eager_gpu_audio_encoder_graphs_the_mel_too_and_matches_plain_eager(tmp_
     the latents are those of the mel and encoder run eagerly, step by step."""
     from latent_helpers import build_audio_vae
 
-    from dataprep.latents import load_vae
+    from common.vae import load_vae
     from dataprep.latents.encode import LatentEncoder
     from dataprep.sources.base import AudioSpec, Chunk
 

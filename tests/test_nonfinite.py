@@ -86,7 +86,7 @@ def test_skip_leaves_the_non_finite_clip_out(fsdd_root, tmp_path):
 def test_encoder_names_the_sample_whose_latent_is_not_finite(audio_vae):
     """Through the encoder's API (no decoding check before it), a clip with one NaN frame gives a NaN latent: the
     stream of chunks stops at it, naming its index in the output (70: the second chunk's seventh) and its file."""
-    from dataprep.latents import VaeError, load_vae
+    from common.vae import VaeError, load_vae
     from dataprep.latents.encode import LatentEncoder
     from dataprep.sources import AudioSpec, build_source
     from dataprep.sources.base import Chunk

@@ -1,5 +1,5 @@
-"""torch's and LitData's private parts are reached through one adapter module each (dataprep.torch_private,
-dataprep.litdata_private), pinned to the versions setup.cfg names: the installed version lies in that range, which has
+"""torch's and LitData's private parts are reached through one adapter module each (common.torch_private,
+common.litdata_private), pinned to the versions setup.cfg names: the installed version lies in that range, which has
 an upper end, and has every private name its adapter uses; no other module of the product reaches into them."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("dataprep", "loaders", "training", "bench")
-ADAPTERS = {"torch": "dataprep.torch_private", "litdata": "dataprep.litdata_private"}
+PACKAGES = ("common", "dataprep", "loaders", "training", "bench")
+ADAPTERS = {"torch": "common.torch_private", "litdata": "common.litdata_private"}
 # being rewritten beside this: its private names (optimize_ddp, _foreach_copy_) are pinned in torch_private.USED
 NOT_YET = {"training/grad_sync.py"}
 DATALOADER_INTERNALS = {"_iterator", "_shutdown_workers"}
@@ -51,7 +51,7 @@ def test_every_private_name_an_adapter_uses_is_there(dist):
 
 def test_a_missing_name_is_found_missing():
     """The lookup above can fail: a name this torch does not have, at any depth, is reported."""
-    from dataprep.torch_private import missing
+    from common.torch_private import missing
 
     absent = ("torch._no_such_kernel", "torch._dynamo.config.no_such_switch", "litdata_no_such_module.x")
     assert missing(absent + ("torch._foreach_add_",)) == list(absent)
@@ -92,7 +92,7 @@ def test_no_module_but_the_adapters_reaches_into_private_parts():
             if rel in adapters or rel in NOT_YET or rel.startswith("bench/studies/"):
                 continue
             found += [f"{rel}:{use}" for use in private_uses(path.read_text())]
-    assert not found, f"through dataprep.torch_private or dataprep.litdata_private: {found}"
+    assert not found, f"through common.torch_private or common.litdata_private: {found}"
 
 
 def test_the_private_check_sees_each_form():

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from common.noreplace import _renameat2, rename_locked, rename_new
 from dataprep.cli import cli
 from dataprep.manifest import load_manifest
-from dataprep.noreplace import _renameat2, rename_locked, rename_new
 from dataprep.verify import verify
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """A rank that dies or freezes under torchrun stops the others within a minute, with a message naming it, never a
 silent wait in a collective: `dataprep convert --vae` and `train` (gloo on the CPU, one thread per rank). A frozen
 rank (SIGSTOP: its connections stay open, as a host that vanished leaves them) is found by the heartbeat of
-dataprep.ranks; a killed one by its closed connections and torchrun."""
+common.ranks; a killed one by its closed connections and torchrun."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import torch
 from click.testing import CliRunner
 from training_helpers import tiny_cfg
 
-from dataprep.stopping import StopOnSignal
+from common.stopping import StopOnSignal
 from training.checkpoint import CKPT_NAME, DIGEST, CheckpointError
 from training.cli import train
 from training.ddp import Dist

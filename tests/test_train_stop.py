@@ -37,7 +37,7 @@ from pathlib import Path
 from loaders import build_loader
 from training.config import TrainConfig
 from training.loop import main
-from dataprep.stopping import stop_within_deadline
+from common.stopping import stop_within_deadline
 
 data, out, fifo, after = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 
@@ -236,7 +236,7 @@ def test_under_torchrun_every_rank_stops_at_one_step_within_5_s(data, tmp_path, 
 WRITER = """
 import sys, time
 from pathlib import Path
-from dataprep.atomic import written
+from common.atomic import written
 with written(Path(sys.argv[1])) as tmp:
     tmp.write_bytes(b"half a checkpoint")
     print("writing", flush=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dataprep.stopping import GRACE_S, grace_for
+from common.stopping import GRACE_S, grace_for
 from training.config import TrainConfig
 from training.loop import main
 
@@ -26,7 +26,7 @@ BASE_S, STEP_S = 0.2, 0.6  # the base grace against a step three times as long, 
 SLOW = """
 import os, sys, time
 from pathlib import Path
-import dataprep.stopping as stopping
+import common.stopping as stopping
 from loaders import build_loader
 from training.config import TrainConfig
 from training.loop import main

@@ -19,8 +19,8 @@ import torch
 from click.testing import CliRunner
 
 from bench.cli import cli as bench_cli
+from common.paths import OutsideError, all_inside
 from dataprep.cli import cli as dataprep_cli
-from dataprep.paths import OutsideError, all_inside
 from training.checkpoint import CKPT_NAME, FORMAT
 from training.cli import train
 
@@ -316,7 +316,7 @@ def test_the_check_resolves_each_folder_once_not_each_file(tmp_path, monkeypatch
     """Checking 10,000 names in 40 folders of 250 (as the files format lays out 50,000) costs one realpath and one
     listing per folder, nothing per file; without the listings (the loaders' open check tells links apart by the
     lstat it makes of every file anyway), one realpath per folder."""
-    import dataprep.paths as paths
+    import common.paths as paths
 
     entries = [f"files/{i // 250:05d}/{i:08d}.png" for i in range(10_000)]
     calls = {"realpath": 0, "scandir": 0}

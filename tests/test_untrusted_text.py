@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from dataprep.paths import NotRegularError, open_regular, require_regular
-from dataprep.text import printable
+from common.paths import NotRegularError, open_regular, require_regular
+from common.text import printable
 
 
 def test_printable_escapes_terminal_controls():

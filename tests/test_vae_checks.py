@@ -14,8 +14,8 @@ import torch
 from click.testing import CliRunner
 from latent_helpers import SCALING
 
+from common.vae import VaeError, check_vae_identity, load_vae
 from dataprep.cli import cli
-from dataprep.latents import VaeError, check_vae_identity, load_vae
 
 
 def edited_vae(image_vae: Path, tmp_path: Path, **values) -> Path:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from dataprep.atomic import remove_stale, written
-from dataprep.torch_private import inductor_dir
+from common.atomic import remove_stale, written
+from common.torch_private import inductor_dir
 
 from .trusted import Untrusted, check_folder, make_private_dirs, open_trusted
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dataprep.atomic import remove_stale, stale_pattern, written
-from dataprep.paths import OutsideError, inside
+from common.atomic import remove_stale, stale_pattern, written
+from common.paths import OutsideError, inside
 
 from .config import instead
 from .guard import nonfinite

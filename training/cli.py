@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from dataprep.cli_common import check_vae_option, data_location, renamed, take_renamed
+from common.cli import check_vae_option, data_location, renamed, take_renamed
 
 from .bytecode import keep_bytecode
 from .config import (
@@ -243,7 +243,7 @@ def train(
         cfg = TrainConfig(**options, progress=not no_progress, **extra)
     except ValueError as e:  # a combination no single option's type can refuse: --vae with --loader fastest
         raise click.UsageError(str(e)) from None
-    from dataprep.stopping import stop_within_deadline
+    from common.stopping import stop_within_deadline
 
     stop_within_deadline()  # this process is the run: a stop signal ends it within seconds, whatever it is doing
     summary = _run(cfg)
@@ -352,6 +352,6 @@ def _run(cfg: TrainConfig):
 
 
 def main() -> None:
-    from dataprep.stopping import run
+    from common.stopping import run
 
     run(train)

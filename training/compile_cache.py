@@ -1,5 +1,5 @@
 """A compiled run's compile: its kernels loaded from the compile cache first (training.cache_file), then the record of
-its first step: how long it took, where the time went (Dynamo's phases and cache counters, dataprep.torch_private)
+its first step: how long it took, where the time went (Dynamo's phases and cache counters, common.torch_private)
 and what the cache did. `for_run(...)` is what the training loop calls.
 
 On request (`train --compile-traced-program`), a single-process run also keeps Dynamo's traced program (torch's caching
@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, contextmanager
 import psutil
 import torch
 
-from dataprep.torch_private import (
+from common.torch_private import (
     cache_custom_autograd_functions,
     compile_counters,
     inductor_options,

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import torch
 
+from common.paths import OutsideError, inside
 from dataprep.features import TRAIN_HOP as HOP
 from dataprep.features import TRAIN_N_MELS as N_MELS
-from dataprep.paths import OutsideError, inside
 
 from .config import KIND_MODELS, TrainConfig
 from .ddp import Dist
@@ -156,7 +156,7 @@ def ask_bench(cfg: TrainConfig, model: str, device: str, world_size: int = 1, en
     import subprocess
     import sys
 
-    from dataprep.stopping import Stopped
+    from common.stopping import Stopped
 
     cmd = [
         sys.executable,

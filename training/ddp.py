@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from dataprep import ranks
+from common import ranks
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Dist:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    # the heartbeat of a group this process joined (dataprep.ranks); None when single or in a group its caller made
+    # the heartbeat of a group this process joined (common.ranks); None when single or in a group its caller made
     watch: object | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -46,7 +46,7 @@ def setup(device: str) -> tuple[Dist, str]:
 
 def teardown(world: Dist, error: BaseException | None = None) -> None:
     """Leave the group `setup` joined; after `error`, say which rank failed and end this rank promptly, so that the
-    others stop too (dataprep.ranks). DDP's wrapper sits in a reference cycle whose reducer holds the process group:
+    others stop too (common.ranks). DDP's wrapper sits in a reference cycle whose reducer holds the process group:
     leaving collects it first, as a group freed at the interpreter's shutdown can abort the rank."""
     if world.enabled and world.watch is not None:
         ranks.leave(world.watch, error)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from dataprep.torch_private import foreach_add_, foreach_lerp_, foreach_mul_, foreach_sub
+from common.torch_private import foreach_add_, foreach_lerp_, foreach_mul_, foreach_sub
 
 
 class Ema:

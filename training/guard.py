@@ -21,8 +21,8 @@ import signal
 
 import torch
 
-from dataprep.stopping import StopOnSignal
-from dataprep.torch_private import foreach_norm
+from common.stopping import StopOnSignal
+from common.torch_private import foreach_norm
 
 from . import ddp
 

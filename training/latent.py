@@ -2,7 +2,7 @@
 `dataprep convert --vae` replaces), and previews turn sampled latents back into images through the decoder.
 
 The online encoding draws z = mean + std * noise from the latent distribution and scales it as the cached latents
-are scaled (dataprep.latents.vae.scale_latents), so both paths train the same model on the same kind of input."""
+are scaled (common.vae.scale_latents), so both paths train the same model on the same kind of input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import sys
 
 import torch
 
-from dataprep.latents import VaeError, check_vae_identity, load_vae
-from dataprep.latents.vae import scale_latents
+from common.vae import VaeError, check_vae_identity, load_vae, scale_latents
 
 from .data import DataError, DataSpec
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from dataprep.stopping import StopOnSignal
+from common.stopping import StopOnSignal
 from loaders.workers import worker_errors
 
 from . import cadence, ddp

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from dataprep.stopping import StopOnSignal
+from common.stopping import StopOnSignal
 
 from . import ddp
 from .checkpoint import (

@@ -16,9 +16,9 @@ import zipfile
 from fnmatch import fnmatch
 from pathlib import Path
 
+from common.paths import NotRegularError, open_regular
+from common.text import printable
 from dataprep.overwrite import relation
-from dataprep.paths import NotRegularError, open_regular
-from dataprep.text import printable
 
 _TMP = ".*.tmp-*"
 _PROFILE = ("trace.json", "ops.txt", "ops.md", "ops.png")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from dataprep.atomic import written
+from common.atomic import written
 
 
 @torch.no_grad()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataprep.atomic import write_json
-from dataprep.text import printable
+from common.atomic import write_json
+from common.text import printable
 from loaders import backend_label
 
 SUMMARY_NAME = "summary.json"

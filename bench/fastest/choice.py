@@ -34,9 +34,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.paths import inside
+from common.text import printable
 from dataprep.benchdir import BENCH_DIR
-from dataprep.paths import inside
-from dataprep.text import printable
 
 from .noise import CANNOT_TELL, busy_share, cannot_tell, default_config
 from .probe_plan import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate

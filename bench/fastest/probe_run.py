@@ -16,7 +16,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from ..grid.job import Job
 from ..records.env import hardware, run_record

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from dataprep.atomic import written
+from common.atomic import written
 
 ANNOTATION = "gpufeed::fetch"
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from .job import Job
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from .job import Job
 from .ranks import local_rank, rank_cores, rank_path
@@ -223,7 +223,7 @@ def record(job: Job, out: Path) -> dict:
 
 def compile_cache() -> dict:
     """Where torch.compile's warm-up went: a persistent inductor cache shared by the grid (set by bench.grid.runner)."""
-    from dataprep.torch_private import compile_caches_on
+    from common.torch_private import compile_caches_on
 
     return {
         "kind": "persistent inductor FX graph and AOT autograd caches",

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dataprep.atomic import write_json
-from dataprep.noreplace import rename_new
-from dataprep.stopping import Stopped
+from common.atomic import write_json
+from common.noreplace import rename_new
+from common.stopping import Stopped
 
 from .job import BACKEND_NAMES, Job, estimate_s, expand, runs_in_words
 
@@ -127,7 +127,7 @@ def run_job(job: Job, path: Path, env: dict[str, str], timeout_s: float, log) ->
         _kill_group(proc)
         _write_error(path, job, f"timed out after {timeout_s:.0f} s (--timeout) and was stopped; see grid.log")
     except BaseException:  # Ctrl-C or SIGTERM: stop the child and its workers, leave no partial JSON behind
-        _kill_group(proc, grace=1.0)  # within the seconds a stopped command has (dataprep.stopping)
+        _kill_group(proc, grace=1.0)  # within the seconds a stopped command has (common.stopping)
         ranks.clean(job, path)
         raise
     if job.nproc > 1:  # the ranks' records into one (a timeout's error record stays as it is)

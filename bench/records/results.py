@@ -11,9 +11,9 @@ import warnings
 from collections import defaultdict
 from pathlib import Path
 
-from dataprep.atomic import write_json
-from dataprep.paths import RESULTS, inside, open_regular
-from dataprep.text import printable
+from common.atomic import write_json
+from common.paths import RESULTS, inside, open_regular
+from common.text import printable
 
 from .rows import KNOBS, SCENARIO, WAITS, flat, write_csv
 from .verdicts import explained, verdict

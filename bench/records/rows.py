@@ -8,7 +8,7 @@ import csv
 import io
 from pathlib import Path
 
-from dataprep.atomic import write_text
+from common.atomic import write_text
 
 # cpus: per rank; grad_sync: how the ranks average gradients (DDP as shipped where a record predates the knob)
 SCENARIO = ("digest", "device", "model", "batch_size", "cpus", "precision", "compile", "nproc", "grad_sync")

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from ..records.results import load_records
 from ..records.rows import SCENARIO, flat

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from dataprep.paths import RESULTS, inside
+from common.paths import RESULTS, inside
 
 from .plots import plot_family
 

@@ -8,8 +8,8 @@ import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from dataprep.atomic import write_text
-from dataprep.paths import RESULTS, inside
+from common.atomic import write_text
+from common.paths import RESULTS, inside
 
 from ..records.results import finalize, load_records
 from ..records.rows import SCENARIO, flat

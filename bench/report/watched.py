@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dataprep.paths import RESULTS, inside, open_regular
-from dataprep.text import printable
+from common.paths import RESULTS, inside, open_regular
+from common.text import printable
 
 
 def find_watches(results_dir: Path) -> list[tuple[str, dict]]:

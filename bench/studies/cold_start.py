@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from ..records.env import run_record
 

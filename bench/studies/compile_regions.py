@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.out is None:
         p.error("--out is required")
     from bench.records.env import run_record
-    from dataprep.atomic import write_json
+    from common.atomic import write_json
 
     runs = []
     for backend in args.backends.split(","):

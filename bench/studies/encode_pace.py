@@ -43,8 +43,8 @@ def _rate(fn, clips: int, repeats: int) -> float:
 def measure(
     vae_dir: str, clip_seconds: float, batch: int, chunk: int, repeats: int, profile: Path | None, device: str = "cuda"
 ) -> dict:
+    from common.vae import load_vae
     from dataprep.features import AUDIOLDM_SAMPLE_RATE, audioldm_mel
-    from dataprep.latents import load_vae
     from dataprep.latents.encode import LatentEncoder
     from dataprep.sources.base import AudioSpec, Chunk
 

@@ -26,7 +26,7 @@ def build_vaes(out: Path) -> dict:
 def encoder_rate(vae_dir: str, shape: tuple[int, ...], batch: int, steps: int, compile: bool, device: str) -> dict:
     """Samples/s of the encoder alone on a batch already on the GPU (bf16 autocast, channels_last), CUDA events
     around `steps` batches after warm-up: the rate `dataprep convert --vae` is compared with."""
-    from dataprep.latents import load_vae
+    from common.vae import load_vae
 
     vae = load_vae(vae_dir, device)
     vae.model.to(memory_format=torch.channels_last)

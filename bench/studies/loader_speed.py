@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from ..records.env import run_record
 

@@ -40,7 +40,7 @@ DATA_OF |= {"none": "images", "none-latents": "latents"}  # the loader alone, no
 
 def write_latents(out: Path, count: int, formats: tuple[str, ...] = ("stream",)) -> None:
     """A latent dataset in `formats` (stream, hdf5), made without an autoencoder: random moments, a valid manifest."""
-    from dataprep.atomic import write_json
+    from common.atomic import write_json
     from dataprep.convert_write import describe_files
     from dataprep.digest import SampleDigest
     from dataprep.formats.base import DatasetMeta

@@ -47,7 +47,7 @@ def hold_link(target_port: int, rate: float, state: Path) -> None:
     """A shaped link (bench.objectstore.throttle) of `rate` bytes/s in front of the store at `target_port`, kept up
     until this process is killed; `state` holds its port and the bytes it has carried, rewritten twice a second."""
     from bench.objectstore.throttle import ShapedLink
-    from dataprep.atomic import write_json
+    from common.atomic import write_json
 
     link = ShapedLink(target_port, rate or None, 0.0).start()
     while True:

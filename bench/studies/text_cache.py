@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 
 from ..records.env import run_record
 

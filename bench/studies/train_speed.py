@@ -44,7 +44,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps

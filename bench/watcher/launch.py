@@ -120,8 +120,8 @@ def _brief(rec: dict) -> dict:
 def _wait(proc: subprocess.Popen) -> bool:
     """Wait for the program. Ctrl-C reaches it from the terminal too; if it is still running a moment later (a
     signal sent to this process alone), pass it on, and SIGTERM likewise: the program decides how to stop, and how
-    long that takes (the `bench watch` command waits for it: dataprep.stopping.wait_for_the_program)."""
-    from dataprep.stopping import Stopped
+    long that takes (the `bench watch` command waits for it: common.stopping.wait_for_the_program)."""
+    from common.stopping import Stopped
 
     interrupted = False
     old_term = signal.signal(signal.SIGTERM, lambda *_: proc.send_signal(signal.SIGTERM))

@@ -11,7 +11,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dataprep.atomic import write_json
+from common.atomic import write_json
 from training.summary import MIN_TIMED_STEPS
 
 from ..records.thresholds import BUSY

@@ -96,7 +96,7 @@ class ProcessState:
         _writer().write_json(path, rec)
 
 
-WRITER = "dataprep.atomic"  # the one atomic writer, beside bench wherever gpufeed is installed
+WRITER = "common.atomic"  # the one atomic writer, beside bench wherever gpufeed is installed
 _PRIVATE = "_gpufeed_atomic"
 
 

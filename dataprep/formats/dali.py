@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import all_inside, inside, open_regular, require_regular
+from common.paths import all_inside, inside, open_regular, require_regular
+
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter, has_captions
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import require_regular
+
 from ..parallel import die_with_parent, exit_when_gone, send_or_end
-from ..paths import require_regular
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter, has_captions
 from .ffcv_layout import (

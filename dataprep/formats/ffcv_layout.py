@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside
+from common.paths import inside
+
 from .base import DatasetMeta
 
 FILENAME = "data.beton"

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import require_regular
+from common.paths import require_regular
+
 from .base import has_captions
 from .ffcv_layout import TEXT, data_file, field_names
 

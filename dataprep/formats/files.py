@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import OutsideError, all_inside, inside, open_regular
+from common.paths import OutsideError, all_inside, inside, open_regular
+
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 

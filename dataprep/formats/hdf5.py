@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import inside, require_regular
+from common.paths import inside, require_regular
+
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter, has_captions
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import inside
+
 from ..digest import file_sha256
-from ..paths import inside
 from ..sources.base import Chunk
 from .base import DatasetMeta, FormatWriter
 
@@ -74,7 +75,7 @@ def decode(items: list[dict], manifest: dict) -> Chunk:
 class StreamWriter(FormatWriter):
     def __init__(self, out_dir: Path, meta: DatasetMeta, workers: int = 1, progress: bool = False, early=None) -> None:
         try:
-            from ..litdata_private import binary_writer
+            from common.litdata_private import binary_writer
         except ImportError:
             raise ValueError(
                 "the stream format needs the 'stream' extra (LitData): pip install -e '.[stream]'"

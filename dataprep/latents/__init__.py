@@ -8,6 +8,6 @@ AudioLDM-shaped autoencoder takes is dataprep.features.audioldm_mel. What is sto
 
 from __future__ import annotations
 
-from .vae import VaeError, check_vae_identity, load_vae
+from common.vae import VaeError, check_vae_identity, load_vae
 
 __all__ = ["VaeError", "check_vae_identity", "load_vae"]

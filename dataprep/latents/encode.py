@@ -23,9 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from common.vae import Vae, VaeError
+
 from ..sources.base import AudioSpec, Chunk
 from .graphed import GraphedMoments
-from .vae import Vae, VaeError
 
 VIEWS = {"image": ("image", "mirrored"), "audio": ("clip",)}
 STORED = ("mean", "std")

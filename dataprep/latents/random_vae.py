@@ -16,7 +16,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ..noreplace import rename_new
+from common.noreplace import rename_new
 
 SHAPES = {
     "sd": dict(in_channels=3, block_out_channels=(128, 256, 512, 512), latent_channels=4, scaling_factor=0.18215),

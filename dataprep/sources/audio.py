@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import NotRegularError, require_regular
+from common.paths import NotRegularError, require_regular
+
 from .base import AudioSpec, BadSample, InputError
 from .captions import caption_files, read_captions
 from .files import FileSource, list_files, mixed

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import NotRegularError, open_regular
+from common.paths import NotRegularError, open_regular
+
 from .base import InputError
 
 CAPTION_EXT = ".txt"

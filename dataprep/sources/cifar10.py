@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from common.paths import NotRegularError, open_regular
+
 from .. import safe_pickle
-from ..paths import NotRegularError, open_regular
 from .base import Chunk, InputError, Source
 from .images import resize_array
 

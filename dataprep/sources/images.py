@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import NotRegularError, open_regular
+from common.paths import NotRegularError, open_regular
+
 from .base import BadSample
 
 IMAGE_EXTS = (".png", ".jpg", ".jpeg")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..paths import NotRegularError, open_regular
+from common.paths import NotRegularError, open_regular
+
 from .base import BadSample, Chunk, InputError
 from .files import FileSource
 from .images import decode_image

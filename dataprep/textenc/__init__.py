@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ..text import printable
+from common.text import printable
+
 from .base import TextEmbeddings, TextEncoder, TextEncoderError, pad
 
 # name -> "module:Class" (and its builder `make` in the same module), imported when used: transformers takes seconds

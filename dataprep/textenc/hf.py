@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
-from ..noreplace import rename_new
-from ..paths import NotRegularError, require_regular
+from common.noreplace import rename_new
+from common.paths import NotRegularError, require_regular
+
 from .base import TextEmbeddings, TextEncoder, TextEncoderError
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from ..paths import require_regular
-from ..vae_name import FIX, VaeError, check_vae_name
+from .paths import require_regular
+from .vae_name import FIX, VaeError, check_vae_name
 
 
 @dataclass

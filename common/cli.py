@@ -1,7 +1,7 @@
 """What the three command lines (dataprep, bench, train) share; here because each tool imports only the packages to
 its left: an option that was renamed keeps its old name for a while, saying the new one; a --vae that names nothing
 usable is refused at once; train's and bench's --data take a directory or an s3:// URL alike. How each ends on Ctrl-C
-or SIGTERM (exit 130 or 143) is dataprep.stopping's `run`."""
+or SIGTERM (exit 130 or 143) is common.stopping's `run`."""
 
 from __future__ import annotations
 

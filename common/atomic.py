@@ -4,7 +4,7 @@ dataprep, train and bench write in place (a manifest, a checkpoint, a compile-ca
 
 A crash mid-write leaves the previous file intact. The writer holds an exclusive `flock` on its temporary file while
 it writes; the kernel drops it when the process dies however it dies, so the next run can tell a killed writer's
-leftover (no lock, the process gone) from a live one's and remove it. A hard stop (dataprep.stopping) removes the
+leftover (no lock, the process gone) from a live one's and remove it. A hard stop (common.stopping) removes the
 files this process is writing before it exits: nothing half-written outlives it. Torch-free: the compile cache's
 bytecode side uses it before torch is imported; it imports nothing of gpufeed, so `bench watch` can load
 it inside a watched program under a private name (bench.watcher.state).

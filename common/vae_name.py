@@ -1,6 +1,6 @@
 """What `--vae` names, checked before torch or diffusers is imported (seconds of imports before a typo was refused):
 an existing path must be a diffusers AutoencoderKL directory written by `save_pretrained`; anything else must look
-like a hub id, owner/name. Loading it is dataprep.latents.vae's job."""
+like a hub id, owner/name. Loading it is common.vae's job."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ A command's first stop signal raises `Stopped` in the main thread (not KeyboardI
 (StopOnSignal): they set a flag the loop polls between steps, and it checkpoints and returns. Either way the signal
 also arms a deadline from a thread of its own, woken by Python's signal wakeup fd however the main thread is blocked
 (a FIFO's open(), a collective waiting for a gone rank, a first compiled step): past it the process removes the files
-it is writing (dataprep.atomic), so nothing half-written remains, stops its child processes, says what survives and
+it is writing (common.atomic), so nothing half-written remains, stops its child processes, says what survives and
 exits with the code the signal would have given. A second signal exits at once. `bench watch` alone waits for the
 program it watches to stop, however long that takes (wait_for_the_program)."""
 
