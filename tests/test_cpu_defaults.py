@@ -4,6 +4,8 @@ which, and keeps every option given."""
 from __future__ import annotations
 
 import json
+
+import pytest
 import time
 
 from click.testing import CliRunner
@@ -29,6 +31,7 @@ def test_cpu_values_fill_only_what_was_left_at_its_default():
     assert apply({"steps": 5, "warmup": 5000, "vae": None, "loader": "gpu"}, set(), "image", 2) is None
 
 
+@pytest.mark.slow  # ~35 s on 2 cores (the loader probe of `fastest` first): make test-slow keeps CI under 12 minutes
 def test_train_on_latents_with_no_options_finishes_5_steps_in_under_2_minutes(latent_images, tmp_path):
     """`train --data LAT --steps 5` on a CPU, nothing else given (the default loader, `fastest`, measures first): it
     says the preset it chose, finishes well inside 2 minutes, and its record holds what was chosen."""
