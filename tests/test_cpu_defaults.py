@@ -4,10 +4,9 @@ which, and keeps every option given."""
 from __future__ import annotations
 
 import json
-
-import pytest
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from training.cli import train
