@@ -11,9 +11,10 @@ against the manifest's sha256 before LitData reads it (a damaged shard fails nam
 and a worker that waits longer than `STALL_S` for a batch (a server gone for good) stops the run with the endpoint
 named instead of hanging.
 
-Knobs: workers -> LitData's DataLoader workers, each reading its own shards (unshuffled, one reader keeps the
-manifest's order: LitData hands each worker a contiguous part of it); pin_memory -> pin_memory; prefetch ->
-prefetch_factor, and shards downloaded ahead per worker (at least 2); cache_limit -> max_cache_size."""
+Knobs: workers -> LitData's DataLoader workers, each reading its own shards and kept from one epoch to the next
+(unshuffled, one reader keeps the manifest's order: LitData hands each worker a contiguous part of it);
+pin_memory -> pin_memory; prefetch -> prefetch_factor, and shards downloaded ahead per worker (at least 2);
+cache_limit -> max_cache_size."""
 
 from __future__ import annotations
 
