@@ -178,6 +178,7 @@ def test_monitor_counts_cpu_of_child_processes():
     assert f["peak_mem_mib"] > 10
 
 
+@pytest.mark.slow  # ~30 s on 2 cores: make test-slow keeps CI under 12 minutes
 def test_crosscheck_inside_the_real_training_loop(tmp_path):
     """A cross-check run profiles the loop's measured steps (a mark per fetch); on CPU it says there are no kernels."""
     from bench.grid.job import Job

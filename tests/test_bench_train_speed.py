@@ -9,6 +9,7 @@ import pytest
 from bench.studies import train_speed
 
 
+@pytest.mark.slow  # ~10 s on 2 cores: make test-slow keeps CI under 12 minutes
 def test_cpu_smoke_run_writes_a_complete_record(tmp_path, capsys):
     """Two modes on CPU: a table on stdout, and JSON with FLOPs, throughput, TFLOP/s, no MFU, versions and command."""
     out = tmp_path / "speed.json"

@@ -313,6 +313,7 @@ def test_known_share_is_measured(tmp_path):
     assert "input-bound" in w["verdict"] and f"starvation {w['starvation']:.1%}" in proc.stdout
 
 
+@pytest.mark.slow  # ~7 s on 2 cores: make test-slow keeps CI under 12 minutes
 def test_tensorboard_scalars_follow_the_progress_line(tmp_path):
     """--tensorboard writes the progress line's figures as scalars under train --tensorboard's tags, read back from
     the event files: one point per --every steps, starvation near the known share."""

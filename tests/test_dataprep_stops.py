@@ -84,6 +84,7 @@ def _ended_within(proc: subprocess.Popen, seconds: float) -> tuple[int, str, flo
     return proc.returncode, err.decode(), time.monotonic() - t0
 
 
+@pytest.mark.slow  # ~8 s on 2 cores: make test-slow keeps CI under 12 minutes
 def test_an_encoder_error_ends_the_command(many_images, audio_vae, tmp_path):
     """RGB images into a 1-channel autoencoder, decoded by 2 workers: the error is printed and the command exits 1
     within 5 s of it, with nothing left (it printed the error and then waited for ever on its abandoned workers)."""
