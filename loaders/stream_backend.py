@@ -30,10 +30,11 @@ import torch
 from common.litdata_private import fetch_with_boto3, read_for_ranks, unprinted_crashes, use_s3_downloader
 from common.text import printable
 from common.torch_private import shutdown_workers, workers_running
-from dataprep.formats.stream import DIRNAME, INDEX, TEXT, read_failure, unpack
+from dataprep.formats.stream import DIRNAME, INDEX, TEXT, X, Y, read_failure
 
 from .base import Batch, Loader
 from .errors import LoaderError
+from .stream_ahead import Ahead
 from .stream_cache import CacheFolder, parse_size
 from .stream_checks import STALL_S, check_download, crash_message, explain_download, stalled, stream_worker_init
 from .workers import worker_errors
@@ -67,11 +68,15 @@ def client_config():
     )
 
 
-def collate(items: list[dict]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[str] | None]:
-    """LitData's items -> (raw sample bytes as one uint8 tensor (n, bytes), labels, lengths, captions)."""
-    x, y, length = unpack(items)
-    captions = [it[TEXT] for it in items] if TEXT in items[0] else None
-    return torch.from_numpy(x), torch.from_numpy(y), None if length is None else torch.from_numpy(length), captions
+def collate(items: list[dict]) -> tuple[torch.Tensor, int, list[str] | None]:
+    """LitData's items -> (one uint8 tensor: the labels as int64, then the sample bytes; the item count; the captions).
+    One tensor, not two: a worker hands every tensor to the training process through a file descriptor of its own,
+    a socket handshake each, in the process that trains."""
+    n, size = len(items), len(items[0][X])
+    buf = np.empty(n * 8 + n * size, np.uint8)
+    buf[: n * 8].view(np.int64)[:] = [it[Y] for it in items]
+    np.stack([np.frombuffer(it[X], np.uint8) for it in items], out=buf[n * 8 :].reshape(n, size))
+    return torch.from_numpy(buf), n, [it[TEXT] for it in items] if TEXT in items[0] else None
 
 
 plain_http_through_boto3()
@@ -110,7 +115,7 @@ class StreamLoader(Loader):
         use_s3_downloader(check_download, explain_download)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         self._dl = self._loader()
-        self._next = None  # (epoch, batch) the running workers go on with, once an epoch was read to its end
+        self._ahead: Ahead | None = None  # reads the batches, an epoch's next one ahead of the training loop
 
     def _loader(self):
         """A StreamingDataLoader over the shards whose workers persist across epochs, with a torch generator of its
@@ -208,25 +213,35 @@ class StreamLoader(Loader):
 
     def __iter__(self) -> Iterator[Batch]:
         first, self._start = self._start, 0
-        running = self._dl is not None and workers_running(self._dl)
-        if running and self._next != (self.epoch, first):  # workers that hold another epoch or position
-            shutdown_workers(self._dl)
-            self._dl = self._loader()
-        self._next = None
-        self._prepare(self._dl, self.epoch, first)
-        return self._batches(self.epoch, first)
+        if self._ahead is None or self._ahead.key != (self.epoch, first):  # reading another epoch or position
+            if self._stop_reading():
+                self._dl = self._loader()
+            depth = max(2, self.opts.prefetch) * max(1, self.workers)  # as many again as the workers have in hand
+            self._ahead = Ahead(self._epoch, (self.epoch, first), depth)
+        return self._batches(self._ahead, first)
 
-    def _batches(self, epoch: int, first: int) -> Iterator[Batch]:
+    def _epoch(self, epoch: int, first: int):
+        """The DataLoader set to read epoch `epoch` from batch `first` (in the read-ahead thread)."""
+        self._prepare(self._dl, epoch, first)
+        return self._dl
+
+    def _stop_reading(self) -> bool:
+        """Stop the read-ahead and the workers it kept; whether there were workers."""
+        if self._ahead is not None:
+            self._ahead.stop()
+            self._ahead = None
+        running = self._dl is not None and workers_running(self._dl)
+        if running:
+            shutdown_workers(self._dl)
+        return running
+
+    def _batches(self, ahead: Ahead, first: int) -> Iterator[Batch]:
         o = self.opts
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
-            for i, (x, y, _length, captions) in enumerate(self._dl, start=first):
-                x = (
-                    x.view(TORCH_DTYPES[self.dtype.name])
-                    .reshape(len(y), *self.shape)
-                    .to(o.device, non_blocking=self.pin)
-                )
-                yield self.finish(x, y.to(o.device, non_blocking=self.pin), i, captions)
-            self._next = (epoch + 1, 0)
+            for i, (buf, n, captions) in enumerate(ahead.epoch(), start=first):
+                buf = buf.to(o.device, non_blocking=self.pin)  # one copy to the device, split there
+                x = buf[n * 8 :].view(TORCH_DTYPES[self.dtype.name]).reshape(n, *self.shape)
+                yield self.finish(x, buf[: n * 8].view(torch.int64), i, captions)
 
     @contextmanager
     def _reported(self) -> Iterator[None]:
@@ -243,9 +258,8 @@ class StreamLoader(Loader):
             raise LoaderError(message) from None
 
     def close(self) -> None:
-        dl, self._dl = self._dl, None
-        if dl is not None:
-            shutdown_workers(dl)
+        self._stop_reading()
+        self._dl = None
         if self.cache is not None:
             self._folder.close()
             self.cache = None

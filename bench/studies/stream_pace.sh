@@ -70,7 +70,8 @@ if [ -n "${PACE_TRAIN:-}" ]; then
     cp /tmp/pace/link.json "/tmp/pace/train_$tag/link_before.json" 2>/dev/null
     timeout ${PACE_TRAIN_S:-240} "${launch[@]}" --data "$data" --loader "$loader" --model ddpm_cifar10 \
       --batch-size 128 --compile --steps ${PACE_STEPS:-800} --lr-warmup 0 --sample-every 0 --ckpt-every 0 \
-      --log-every 50 --no-progress --out "/tmp/runs/$tag" $extra 2>&1 | grep -v "^\[rank" | tail -n 8
+      --log-every 50 --no-progress --out "/tmp/runs/$tag" $extra 2>&1 | tee "/tmp/pace/train_$tag/train.log" \
+      | grep -v "^\[rank" | tail -n 8
     cp /tmp/pace/link.json "/tmp/pace/train_$tag/link_after.json" 2>/dev/null
     cp /tmp/runs/$tag/summary.json /tmp/runs/$tag/metrics*.jsonl "/tmp/pace/train_$tag/"
   done
