@@ -205,9 +205,7 @@ def test_a_process_makes_one_s3_client_for_all_its_epochs(remote, tmp_path):
     from loaders.stream_checks import check_download, explain_download
 
     use_s3_downloader(check_download, explain_download)
-    made = [
-        _DOWNLOADERS["s3://"](f"{remote}/stream", str(tmp_path), [], {"config": client_config()}) for _ in range(2)
-    ]
+    made = [_DOWNLOADERS["s3://"](f"{remote}/stream", str(tmp_path), [], {"config": client_config()}) for _ in range(2)]
     assert made[0]._client is made[1]._client
 
 
