@@ -8,6 +8,7 @@ built on first use so that importing this module does not import LitData). Impor
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from . import torch_private
@@ -55,6 +56,25 @@ def read_for_ranks(dataset, world_size: int, rank: int) -> None:
     dataset.distributed_env = _DistributedEnv(world_size, rank, 1)
 
 
+def wait_for_other_download(local_filepath: str, timeout: float = 300.0) -> bool:
+    """Wait until no other worker holds `local_filepath`'s download lock; whether one did.
+
+    LitData's downloader returns at once, without the file, when another worker holds that lock (two workers whose
+    parts share a shard); the returning worker's reader is then told of the file by no one and looks again after a
+    second (a 0.2-1 s stall at an epoch start). Waiting for the lock here lets its prefetch thread find the file
+    when the other's download ends."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(local_filepath + ".lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        with FileLock(local_filepath + ".lock", timeout=timeout):
+            return True
+    lock.release()
+    return False
+
+
 def use_s3_downloader(check: Callable[[str, str, str], None], explain: Callable[[Exception, str], None]) -> None:
     """Fetch s3:// files with LitData's S3 downloader, calling `explain(error, remote path)` on a failed download (it
     raises gpufeed's own error, or returns to let LitData's through) and `check(downloaded, local path, remote
@@ -67,11 +87,14 @@ def use_s3_downloader(check: Callable[[str, str, str], None], explain: Callable[
             self._client = one_client(self._client)
 
         def download_file(self, remote_filepath: str, local_filepath: str) -> None:
-            try:
-                super().download_file(remote_filepath, local_filepath)
-            except Exception as e:
-                explain(e, remote_filepath)
-                raise
+            for _ in range(2):  # a second time where the worker that held the lock failed
+                try:
+                    super().download_file(remote_filepath, local_filepath)
+                except Exception as e:
+                    explain(e, remote_filepath)
+                    raise
+                if os.path.exists(local_filepath) or not wait_for_other_download(local_filepath):
+                    return
 
         def _publish_file(self, tmp_path: str, local_filepath: str) -> None:
             check(tmp_path, local_filepath, self._remote_dir)
@@ -90,8 +113,6 @@ def one_client(fresh):
     makes its boto3 client on its first download, 65-240 ms of one core each (12-17 ms is the 3 MB shard itself),
     so at each epoch start every worker's first shard waited that long. LitData's client renews its own credentials,
     so one can serve a whole run."""
-    import os
-
     env = os.environ
     key = (os.getpid(), env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL"), env.get("AWS_ACCESS_KEY_ID"))
     return _CLIENTS.setdefault(key, fresh)

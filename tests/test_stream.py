@@ -209,6 +209,40 @@ def test_a_process_makes_one_s3_client_for_all_its_epochs(remote, tmp_path):
     assert made[0]._client is made[1]._client
 
 
+def test_a_shard_another_worker_is_downloading_is_waited_for(remote, tmp_path):
+    """Two workers whose parts share a shard: the one that finds the other's download lock returns once that download
+    has ended, with the file there (LitData's returned at once without it, and its reader looked again a second
+    later: the stalls of up to 1 s at epoch starts on 4 ranks)."""
+    import threading
+
+    from filelock import FileLock
+    from litdata.streaming.downloader import _DOWNLOADERS
+
+    from common.litdata_private import use_s3_downloader
+    from dataprep.remote import download_dataset
+    from loaders.stream_checks import check_download, explain_download
+
+    use_s3_downloader(check_download, explain_download)
+    local = tmp_path / "copy"
+    local.mkdir()
+    download_dataset(remote, local)
+    shard = sorted((local / "stream").glob("*.bin"))[0]
+    target = tmp_path / "cache" / shard.name
+    target.parent.mkdir()
+    downloader = _DOWNLOADERS["s3://"](f"{remote}/stream", str(target.parent), [], {})
+    other = FileLock(str(target) + ".lock")
+    other.acquire()  # the other worker, downloading
+    done = []
+    thread = threading.Thread(target=lambda: done.append(downloader.download_file(f"{remote}/stream/x", str(target))))
+    thread.start()
+    thread.join(0.5)
+    waited = thread.is_alive()
+    target.write_bytes(shard.read_bytes())  # the other worker's download ends
+    other.release()
+    thread.join(30)
+    assert waited and done == [None] and target.read_bytes() == shard.read_bytes()
+
+
 def _downloader_after_worker_init(queue) -> None:
     from litdata.streaming.downloader import _DOWNLOADERS
 
