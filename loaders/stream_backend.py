@@ -79,6 +79,11 @@ def collate(items: list[dict]) -> tuple[torch.Tensor, int, list[str] | None]:
     return torch.from_numpy(buf), n, [it[TEXT] for it in items] if TEXT in items[0] else None
 
 
+def split(buf: torch.Tensor, n: int, dtype: torch.dtype, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """collate's one tensor (on any device) -> (the n samples as `dtype` of `shape`, their labels)."""
+    return buf[n * 8 :].view(dtype).reshape(n, *shape), buf[: n * 8].view(torch.int64)
+
+
 plain_http_through_boto3()
 unprinted_crashes(LoaderError)  # the errors gpufeed words itself: their one line is not buried under a traceback
 
@@ -240,8 +245,8 @@ class StreamLoader(Loader):
         with worker_errors("stream", self.location), stalled(self.location), self._reported():
             for i, (buf, n, captions) in enumerate(ahead.epoch(), start=first):
                 buf = buf.to(o.device, non_blocking=self.pin)  # one copy to the device, split there
-                x = buf[n * 8 :].view(TORCH_DTYPES[self.dtype.name]).reshape(n, *self.shape)
-                yield self.finish(x, buf[: n * 8].view(torch.int64), i, captions)
+                x, y = split(buf, n, TORCH_DTYPES[self.dtype.name], self.shape)
+                yield self.finish(x, y, i, captions)
 
     @contextmanager
     def _reported(self) -> Iterator[None]:

@@ -51,7 +51,7 @@ def batches(side: str, workers: int, cache: Path):
     from dataprep.formats.stream import DIRNAME
     from dataprep.remote import files_url, load_remote_manifest
     from loaders.base import finish_images
-    from loaders.stream_backend import DECODE_ROWS, client_config, collate, plain_http_through_boto3
+    from loaders.stream_backend import DECODE_ROWS, client_config, collate, plain_http_through_boto3, split
 
     plain_http_through_boto3()
     manifest = load_remote_manifest(URL)
@@ -70,8 +70,8 @@ def batches(side: str, workers: int, cache: Path):
 
     def theirs(e: int):
         ds.set_epoch(e)  # LitData counts epochs from 1
-        for x, y, _ in dl:
-            yield finish_images(x.reshape(len(y), *shape), torch.float32, None)
+        for buf, n, _ in dl:
+            yield finish_images(split(buf, n, torch.uint8, shape)[0], torch.float32, None)
 
     return theirs, lambda: None
 
