@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.records.env import run_record
 from bench.records.provenance import SIDECAR, check, results
+from common.run_record import run_record
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
 

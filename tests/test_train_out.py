@@ -79,6 +79,9 @@ def test_a_run_folder_is_trains_own(data, tmp_path):
     assert {"ckpt.pt", "metrics.jsonl", "summary.json", "samples", "profile", "tensorboard"} <= set(
         p.name for p in out.iterdir()
     )
+    from bench.records.provenance import check
+
+    assert check(json.loads((out / "summary.json").read_text()), "summary.json", tmp_path) == []  # where it ran
     r = _train(data, out, "--steps", "6", "--resume", "--tensorboard", *extra)
     assert r.exit_code == 0, r.output
     (out / "notes.txt").write_text("mine")

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.atomic import write_json
+from common.run_record import run_record
 from common.text import printable
 from loaders import backend_label
 
@@ -30,6 +31,7 @@ def record(summary: dict, run_dir: Path) -> dict:
     return {k: v for k, v in summary.items() if k != "losses"} | {
         "first_loss": losses[0] if losses else None,
         "files": kept,
+        "run": run_record(summary.get("config", {}).get("device")),  # where it ran, as every bench result says
     }
 
 

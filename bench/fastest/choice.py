@@ -84,7 +84,8 @@ def scenario_rows(
 ) -> list[dict]:
     """Flat rows (bench.records.rows.flat) of every grid in the directory, loader and data-free runs, for this
     setting on this machine (its GPU name, at most its cores over all ranks), measured with `nproc` ranks."""
-    from ..records.env import hardware
+    from common.run_record import hardware
+
     from ..records.results import load_records
     from ..records.rows import flat
 

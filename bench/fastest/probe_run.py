@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from common.atomic import write_json
+from common.run_record import hardware, run_record
 
 from ..grid.job import Job
-from ..records.env import hardware, run_record
 from ..records.results import finalize
 from .probe_feed import Feed, Probe, ProbeDone
 from .probe_plan import ProbeConfig

@@ -143,9 +143,9 @@ def measure(job: Job, trace_path: Path) -> dict:
     """Every figure of one configuration: rates and starvation, resources over the measured steps, cross-check."""
     import torch
 
+    from common.run_record import hardware
     from training.starvation import latest_timer
 
-    from ..records.env import hardware
     from .crosscheck import ProfiledLoader
     from .monitor import ResourceMonitor
 
@@ -198,9 +198,8 @@ def data_manifest(data: str) -> dict:
 
 
 def record(job: Job, out: Path) -> dict:
+    from common.run_record import run_record
     from dataprep.remote import is_remote
-
-    from ..records.env import run_record
 
     manifest = data_manifest(job.data)
     rec = {"name": job.name, "job": job.to_dict()}

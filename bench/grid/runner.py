@@ -179,7 +179,7 @@ def this_gpu_uuid(device: str) -> str | None:
     never initialises CUDA. None on a CPU device or without a GPU."""
     if not device.startswith("cuda"):
         return None
-    code = f"from bench.records.env import hardware; print(hardware({device!r}).get('gpu_uuid', ''))"
+    code = f"from common.run_record import hardware; print(hardware({device!r}).get('gpu_uuid', ''))"
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     except subprocess.TimeoutExpired:  # a wedged driver: the runs themselves will fail and say so

@@ -101,7 +101,7 @@ def soak(command: list[str], out: Path, interval: float, duration: float | None,
     deadline = time.monotonic() + grace
     while (left := tree.leftovers()) and time.monotonic() < deadline:
         time.sleep(0.5)
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     summary = {
         "run": run_record(),

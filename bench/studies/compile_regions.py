@@ -183,8 +183,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.out is None:
         p.error("--out is required")
-    from bench.records.env import run_record
     from common.atomic import write_json
+    from common.run_record import run_record
 
     runs = []
     for backend in args.backends.split(","):

@@ -27,8 +27,9 @@ import sys
 import time
 from pathlib import Path
 
+from common.run_record import run_record
+
 from ..grid.monitor import ResourceMonitor
-from ..records.env import run_record
 
 
 def convert_once(src: Path, out: Path, cores: int, formats: str, extra: list[str]) -> dict:

@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
     out = measure(args.vae, args.clip_seconds, args.batch_size, args.chunk, args.repeats, args.profile, args.device)
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     args.json.write_text(json.dumps(out | {"run": run_record(args.device)}, indent=1) + "\n")
     for name, rate in out["clips_per_s"].items():

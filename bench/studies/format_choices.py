@@ -97,7 +97,7 @@ def main() -> None:
     args = p.parse_args()
     with h5py.File(args.data / "data.h5", "r") as f:
         x = f["x"][:]
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     result = {
         "run": run_record("cpu"),

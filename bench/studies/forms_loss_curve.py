@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if args.form:
         run_form(args.form, args, args.out / f"run-{args.form}.json")
         return None
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     runs = {}
     for form in FORMS:  # a fresh process each: compiled graphs and the patched class stay in their own run

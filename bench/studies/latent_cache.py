@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or set(modes) - {"eager", "compiled"}:
         p.error(f"--modes takes eager, compiled or both, not {args.modes!r}")
     rows = [encoder_rate(args.vae, shape, args.batch_size, args.steps, m == "compiled", args.device) for m in modes]
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     args.json.write_text(json.dumps({"run": run_record(args.device), "rows": rows}, indent=1) + "\n")
     for row in rows:

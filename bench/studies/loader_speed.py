@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from common.atomic import write_json
-
-from ..records.env import run_record
+from common.run_record import run_record
 
 
 def timed(make_iter, epochs: int, device: str) -> dict:

@@ -71,7 +71,7 @@ def main() -> None:
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     dist.init_process_group("nccl")
     try:
-        from ..records.env import run_record
+        from common.run_record import run_record
 
         result = probe(a.model) | {
             "run": run_record(),

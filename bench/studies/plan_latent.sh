@@ -29,7 +29,7 @@ IMG_N=${IMG_N:-10000}
 MINUTES=${GPUFEED_MINUTES:-9}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 # the records' commit: HEAD, marked +dirty where the files differ from it (a copy whose history lags its files)
-export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(python3 -c "from bench.records.env import git_commit; print(git_commit())" \
+export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(python3 -c "from common.run_record import git_commit; print(git_commit())" \
   2>/dev/null || echo unknown)}
 mkdir -p "$OUT" "$R" "$D"
 START=$(date +%s)

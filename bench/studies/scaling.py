@@ -299,7 +299,7 @@ def summary(results: Path, steps: int) -> dict:
         }
         for r in rs
     ]
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     record = {"run": run_record(), "runs": rates, "traces": found}
     (results / "summary.json").write_text(json.dumps(record, indent=1))

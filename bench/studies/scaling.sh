@@ -43,7 +43,7 @@ export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
 export GPUFEED_COMPILE_CACHE=${GPUFEED_COMPILE_CACHE:-/tmp/gpufeed-compile}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # the records' commit: HEAD, marked +dirty where the files differ from it (a copy whose history lags its files)
-export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(python3 -c "from bench.records.env import git_commit; print(git_commit())" \
+export GPUFEED_COMMIT=${GPUFEED_COMMIT:-$(python3 -c "from common.run_record import git_commit; print(git_commit())" \
   2>/dev/null || echo unknown)}
 PY=${PY:-python3}
 # the models and sizes of the finding; SCALING_DRY=1 runs the same steps on the CPU in a few minutes (gloo, 2 ranks,

@@ -258,7 +258,7 @@ def run_all(a) -> None:
     import signal
 
     from bench.objectstore.seaweed import SeaweedServer
-    from bench.records.env import run_record
+    from common.run_record import run_record
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a timeout's SIGTERM still stops the server
     a.out.mkdir(parents=True, exist_ok=True)

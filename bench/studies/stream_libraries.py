@@ -146,7 +146,7 @@ def main() -> None:
 
 def run_study(a) -> None:
     from bench.objectstore.seaweed import SeaweedServer
-    from bench.records.env import run_record
+    from common.run_record import run_record
 
     env = dict(os.environ)
     if a.mds_path:

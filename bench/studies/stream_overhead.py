@@ -117,7 +117,7 @@ def run_study(a) -> dict:
     from importlib.metadata import version
 
     from bench.objectstore.seaweed import SeaweedServer
-    from bench.records.env import run_record
+    from common.run_record import run_record
 
     with tempfile.TemporaryDirectory(prefix="stream-overhead-") as tmp, SeaweedServer(Path(tmp) / "s3") as server:
         env = dict(os.environ) | server.env()

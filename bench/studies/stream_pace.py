@@ -94,7 +94,7 @@ class Monitor(threading.Thread):
 def cell(url: str, workers: int, device: str, epochs: int, batch_size: int, threads: int | None) -> dict:
     import torch
 
-    from bench.records.env import run_record
+    from common.run_record import run_record
     from loaders import build_loader
 
     if threads:

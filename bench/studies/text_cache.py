@@ -23,8 +23,7 @@ from pathlib import Path
 import torch
 
 from common.atomic import write_json
-
-from ..records.env import run_record
+from common.run_record import run_record
 
 WORDS = "a photo of the small large red blue green dog cat car house tree river city night sky old man woman".split()
 

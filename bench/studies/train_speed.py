@@ -45,11 +45,11 @@ import torch
 from torch import nn
 
 from common.atomic import write_json
+from common.run_record import run_record
 from training.diffusion import GaussianDiffusion
 from training.model import MODEL_PRESETS, GroupNorm, UNet
 from training.profiling import count_train_flops, peak_tflops, profile_steps
 
-from ..records.env import run_record
 from .speedups import PREVIOUS, revert
 
 BF16 = torch.bfloat16

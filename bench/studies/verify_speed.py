@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 
 from common.atomic import write_json
-
-from ..records.env import run_record
+from common.run_record import run_record
 
 HERE = Path(__file__).resolve().parents[2]
 

@@ -54,7 +54,7 @@ def modes(cfg: WatchConfig) -> list[str]:
 
 def watch_command(cfg: WatchConfig, echo=print) -> tuple[int, dict]:
     """Run the program per mode and repeat; write OUT/watch.json; return (the program's exit code, the summary)."""
-    from ..records.env import run_record
+    from common.run_record import run_record
 
     runs_dir = cfg.out / "runs"
     for old in (runs_dir, cfg.out / "tensorboard"):  # figures of an earlier watch must not pass for this one's

@@ -114,7 +114,7 @@ def _writer():
 
 def _where() -> dict:
     """The device this process computed on, and the libraries it ran with."""
-    from ..records.env import versions
+    from common.run_record import versions
 
     out: dict = {"versions": versions()}
     torch = sys.modules.get("torch")
