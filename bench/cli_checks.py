@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from common.cli import check_device
 from common.text import printable
 
 from .grid.job import BACKEND_NAMES
@@ -184,8 +185,5 @@ def pick_device(device: str | None) -> str:
 
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.split(":")[0] not in ("cuda", "cpu"):
-        raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
+    check_device(device)
     return device

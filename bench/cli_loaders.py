@@ -4,13 +4,12 @@ starts. The command itself, with --data and --json, is in bench/cli.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from common.cli import check_vae_option, renamed, take_renamed
+from common.cli import apply_options, check_vae_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
 from training.config import GRAD_SYNC_WAYS, PRECISIONS
@@ -142,11 +141,7 @@ OPTIONS = (
 )
 
 
-def loaders_options(command: Callable) -> Callable:
-    """`command` with the options above, listed in this order by --help."""
-    for option in reversed(OPTIONS):
-        command = option(command)
-    return command
+loaders_options = apply_options(OPTIONS)  # the options above, listed in this order by --help
 
 
 def grid_config(

@@ -53,3 +53,30 @@ def check_vae_option(vae: str | None) -> None:
             check_vae_name(vae)
         except VaeError as e:
             raise click.BadParameter(str(e).removeprefix("--vae "), param_hint="--vae") from None
+
+
+def check_device_name(device: str | None) -> None:
+    """--device of any tool, before torch is imported: cuda, cuda:N or cpu."""
+    if device is not None and device.split(":")[0] not in ("cuda", "cpu"):
+        raise click.BadParameter(f"{device!r}: use cuda, cuda:N or cpu", param_hint="--device")
+
+
+def check_device(device: str | None) -> None:
+    """--device named as check_device_name says, and CUDA only where this machine has it (imports torch)."""
+    check_device_name(device)
+    if device and device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise click.BadParameter("no CUDA device here; pass --device cpu", param_hint="--device")
+
+
+def apply_options(options: tuple[Callable, ...]) -> Callable:
+    """One decorator that gives a command every click option of `options`, listed in that order by --help."""
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate

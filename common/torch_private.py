@@ -28,7 +28,6 @@ USED = (
     "torch._dynamo.utils.calculate_time_spent",
     "torch._dynamo.utils.counters",
     "torch._dynamo.config.caching_precompile",
-    "torch._dynamo.config.optimize_ddp",
     "torch._dynamo.bytecode_transformation._unique_id_counter",
     "torch._functorch.config.autograd_cache_allow_custom_autograd_functions",
     "torch._functorch.config.enable_autograd_cache",

@@ -17,8 +17,6 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("common", "dataprep", "loaders", "training", "bench")
 ADAPTERS = {"torch": "common.torch_private", "litdata": "common.litdata_private"}
-# being rewritten beside this: its private names (optimize_ddp, _foreach_copy_) are pinned in torch_private.USED
-NOT_YET = {"training/grad_sync.py"}
 DATALOADER_INTERNALS = {"_iterator", "_shutdown_workers"}
 
 
@@ -89,7 +87,7 @@ def test_no_module_but_the_adapters_reaches_into_private_parts():
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
-            if rel in adapters or rel in NOT_YET or rel.startswith("bench/studies/"):
+            if rel in adapters or rel.startswith("bench/studies/"):
                 continue
             found += [f"{rel}:{use}" for use in private_uses(path.read_text())]
     assert not found, f"through common.torch_private or common.litdata_private: {found}"

@@ -139,7 +139,7 @@ def test_bad_cache_limit_is_refused_up_front(local, tmp_path, value):
 
 def test_good_cache_limits_reach_litdata_as_bytes(local, tmp_path):
     """20GB, 1.5GB, 500mb and a bare byte count are accepted, and LitData gets their bytes (powers of 1000)."""
-    from training.cli import _cache_size
+    from training.cli_options import cache_size as _cache_size
 
     assert [_cache_size(None, None, v) for v in ("20GB", "1.5GB", "500mb", "300000")] == [
         20 * 10**9,

@@ -15,7 +15,7 @@ from .config import TrainConfig
 from .data import EpochStream
 
 if TYPE_CHECKING:
-    from .prepare import Record, Run
+    from .run_parts import Record, Run
 
 
 def sample_due(cfg: TrainConfig, step: int, world: ddp.Dist) -> bool:

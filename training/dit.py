@@ -125,7 +125,10 @@ class FinalLayer(nn.Module):
         return self.linear(modulate(self.norm(x), shift, scale))
 
 
-class DiT(nn.Module):
+class PatchModel(nn.Module):
+    """What DiT and its text form (training.dit_text) share: the latent cut into patch tokens plus the fixed position
+    embedding, the timestep's embedder, and the tokens put back into a latent in the input's memory layout."""
+
     def __init__(self, cfg: DiTConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -136,20 +139,46 @@ class DiT(nn.Module):
         # fixed, not learned (as in the paper), and rebuilt from the config: no reason to store it in checkpoints
         self.register_buffer("pos_embed", sincos_2d(d, *self.grid)[None], persistent=False)
         self.t_embedder = nn.Sequential(nn.Linear(256, d), nn.SiLU(), nn.Linear(d, d))
-        # row num_classes is the null class: dropped labels in training, y=None (the unconditional branch) at sampling
-        self.y_embedder = nn.Embedding(cfg.num_classes + 1, d) if cfg.num_classes > 0 else None
-        self.blocks = nn.ModuleList(DiTBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.depth))
-        self.final_layer = FinalLayer(d, p * p * self.out_channels)
-        self._init_weights()
 
-    def _init_weights(self) -> None:
+    def _init_linears_and_patches(self) -> None:
+        """Xavier for every Linear, zero biases, and xavier for the patch embedding as the Linear it is (fan_in =
+        C*p*p, fan_out = hidden); the subclass then sets its own layers."""
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
                 nn.init.zeros_(m.bias)
-        w = self.patch_embed.weight.data  # xavier as the Linear it is: fan_in = C*p*p, fan_out = hidden
+        w = self.patch_embed.weight.data
         nn.init.xavier_uniform_(w.view(w.shape[0], -1))
         nn.init.zeros_(self.patch_embed.bias)
+
+    def _tokens(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, C, H, W) to its patch tokens plus their positions, (N, tokens, hidden)."""
+        if tuple(x.shape[2:]) != tuple(self.cfg.input_size):
+            raise ValueError(f"DiT: input is {tuple(x.shape[2:])}, the config's input_size {self.cfg.input_size}")
+        return self.patch_embed(x).flatten(2).transpose(1, 2) + self.pos_embed
+
+    def _unpatchify(self, tokens: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Tokens (N, tokens, p*p*out_channels) to (N, out_channels, H, W) in the memory layout of the input `like`."""
+        (gh, gw), p, n = self.grid, self.cfg.patch_size, tokens.shape[0]
+        x = tokens.reshape(n, gh, gw, p, p, self.out_channels)
+        if like.is_contiguous(memory_format=torch.channels_last) and not like.is_contiguous():
+            # one copy into NHWC memory, returned as an NCHW-shaped view like the input
+            return x.permute(0, 1, 3, 2, 4, 5).reshape(n, gh * p, gw * p, -1).permute(0, 3, 1, 2)
+        return x.permute(0, 5, 1, 3, 2, 4).reshape(n, -1, gh * p, gw * p)
+
+
+class DiT(PatchModel):
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__(cfg)
+        d = cfg.hidden
+        # row num_classes is the null class: dropped labels in training, y=None (the unconditional branch) at sampling
+        self.y_embedder = nn.Embedding(cfg.num_classes + 1, d) if cfg.num_classes > 0 else None
+        self.blocks = nn.ModuleList(DiTBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.depth))
+        self.final_layer = FinalLayer(d, cfg.patch_size**2 * self.out_channels)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        self._init_linears_and_patches()
         if self.y_embedder is not None:
             nn.init.normal_(self.y_embedder.weight, std=0.02)
         nn.init.normal_(self.t_embedder[0].weight, std=0.02)
@@ -170,23 +199,13 @@ class DiT(nn.Module):
             y = torch.where(torch.rand(n, device=device) < self.cfg.class_dropout, null, y)
         return y
 
-    def _unpatchify(self, tokens: torch.Tensor, channels_last: bool) -> torch.Tensor:
-        (gh, gw), p, n = self.grid, self.cfg.patch_size, tokens.shape[0]
-        x = tokens.reshape(n, gh, gw, p, p, self.out_channels)
-        if channels_last:  # one copy into NHWC memory, returned as an NCHW-shaped view like the input
-            return x.permute(0, 1, 3, 2, 4, 5).reshape(n, gh * p, gw * p, -1).permute(0, 3, 1, 2)
-        return x.permute(0, 5, 1, 3, 2, 4).reshape(n, -1, gh * p, gw * p)
-
     def forward(self, x: torch.Tensor, t: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
         """x (N, C, H, W) and int64 t in [0, 1000) to the predicted noise, (N, out_channels, H, W) in x's layout;
         y (N,) int64 labels, ignored when unconditional, None for the null class."""
-        if tuple(x.shape[2:]) != tuple(self.cfg.input_size):
-            raise ValueError(f"DiT: input is {tuple(x.shape[2:])}, the config's input_size {self.cfg.input_size}")
-        h = self.patch_embed(x).flatten(2).transpose(1, 2) + self.pos_embed  # (N, tokens, hidden)
+        h = self._tokens(x)
         c = self.t_embedder(frequency_embedding(t).to(h.dtype))
         if self.y_embedder is not None:
             c = c + self.y_embedder(self._labels(y, x.shape[0], x.device))
         for block in self.blocks:
             h = block(h, c)
-        channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-        return self._unpatchify(self.final_layer(h, c), channels_last)
+        return self._unpatchify(self.final_layer(h, c), x)

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .dit import Attention as SelfAttention
-from .dit import DiT, DiTConfig, frequency_embedding, modulate, sincos_2d
+from .dit import DiTConfig, PatchModel, dit_b2, dit_tiny, frequency_embedding, modulate
 
 
 @dataclass(kw_only=True)
@@ -27,15 +27,12 @@ class DiTTextConfig(DiTConfig):
 
 def dit_b2_text(**overrides) -> DiTTextConfig:
     """DiT-B/2 with PixArt-alpha's cross-attention to the caption."""
-    return replace(DiTTextConfig(), **overrides)
+    return replace(DiTTextConfig(**vars(dit_b2())), **overrides)
 
 
 def dit_tiny_text(**overrides) -> DiTTextConfig:
-    """For tests and CPU runs: two blocks of width 64, captions 32 wide (the tiny text encoders')."""
-    return replace(DiTTextConfig(hidden=64, depth=2, heads=2, text_dim=32), **overrides)
-
-
-DIT_TEXT_PRESETS = {"dit_b2_text": dit_b2_text, "dit_tiny_text": dit_tiny_text}
+    """For tests and CPU runs: dit_tiny with captions 32 wide (the tiny text encoders')."""
+    return replace(DiTTextConfig(**vars(dit_tiny()), text_dim=32), **overrides)
 
 
 class CrossAttention(nn.Module):
@@ -75,32 +72,20 @@ class TextBlock(nn.Module):
         return x + gate2[:, None] * self.mlp(modulate(self.norm2(x), shift2, scale2))
 
 
-class DiTText(nn.Module):
+class DiTText(PatchModel):
     def __init__(self, cfg: DiTTextConfig) -> None:
-        super().__init__()
-        self.cfg = cfg
-        d, p = cfg.hidden, cfg.patch_size
-        self.out_channels = cfg.in_channels if cfg.out_channels is None else cfg.out_channels
-        self.grid = (cfg.input_size[0] // p, cfg.input_size[1] // p)
-        self.patch_embed = nn.Conv2d(cfg.in_channels, d, kernel_size=p, stride=p)
-        self.register_buffer("pos_embed", sincos_2d(d, *self.grid)[None], persistent=False)
-        self.t_embedder = nn.Sequential(nn.Linear(256, d), nn.SiLU(), nn.Linear(d, d))
+        super().__init__(cfg)
+        d = cfg.hidden
         self.t_block = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))  # adaLN-single: shared by every block
         self.y_embedder = nn.Sequential(nn.Linear(cfg.text_dim, d), nn.GELU(approximate="tanh"), nn.Linear(d, d))
         self.blocks = nn.ModuleList(TextBlock(d, cfg.heads, cfg.mlp_ratio) for _ in range(cfg.depth))
         self.final_norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
         self.final_table = nn.Parameter(torch.randn(2, d) / d**0.5)
-        self.final_linear = nn.Linear(d, p * p * self.out_channels)
+        self.final_linear = nn.Linear(d, cfg.patch_size**2 * self.out_channels)
         self._init_weights()
 
     def _init_weights(self) -> None:
-        for m in self.modules():
-            if isinstance(m, nn.Linear):
-                nn.init.xavier_uniform_(m.weight)
-                nn.init.zeros_(m.bias)
-        w = self.patch_embed.weight.data
-        nn.init.xavier_uniform_(w.view(w.shape[0], -1))
-        nn.init.zeros_(self.patch_embed.bias)
+        self._init_linears_and_patches()
         for layer in (self.t_embedder[0], self.t_embedder[2], self.t_block[1], self.y_embedder[0], self.y_embedder[2]):
             nn.init.normal_(layer.weight, std=0.02)
         # as PixArt-alpha: cross-attention starts as no change and the output as zero
@@ -115,9 +100,7 @@ class DiTText(nn.Module):
         mask) to the predicted noise in x's layout; y (labels) is accepted for the common signature and unused."""
         if text is None:
             raise ValueError("dit text models need caption embeddings: train on data with captions")
-        if tuple(x.shape[2:]) != tuple(self.cfg.input_size):
-            raise ValueError(f"DiT: input is {tuple(x.shape[2:])}, the config's input_size {self.cfg.input_size}")
-        h = self.patch_embed(x).flatten(2).transpose(1, 2) + self.pos_embed
+        h = self._tokens(x)
         temb = self.t_embedder(frequency_embedding(t).to(h.dtype))
         t6 = self.t_block(temb)
         context = self.y_embedder(text.tokens.to(h.dtype))
@@ -125,5 +108,4 @@ class DiTText(nn.Module):
             h = block(h, t6, context, text.mask)
         shift, scale = (self.final_table[None] + temb[:, None]).unbind(1)
         out = self.final_linear(modulate(self.final_norm(h), shift, scale))
-        channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
-        return DiT._unpatchify(self, out, channels_last)
+        return self._unpatchify(out, x)

@@ -16,6 +16,8 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from common.torch_private import foreach_copy_
+
 from .config import GRAD_SYNC_WAYS
 
 FINDING = "docs/BENCHMARKS.md, finding 7"
@@ -77,7 +79,7 @@ class FlatAllReduce:
             for group in _by_dtype([*model.parameters(), *model.buffers()]).values():
                 flat = torch.cat([t.reshape(-1) for t in group])
                 dist.broadcast(flat, 0)
-                torch._foreach_copy_(group, _views(flat, group))
+                foreach_copy_(group, _views(flat, group))
 
     @torch.no_grad()
     def __call__(self) -> None:
@@ -86,7 +88,7 @@ class FlatAllReduce:
                 p.grad = torch.zeros_like(p)
         for dtype, params in self.groups.items():
             flat, views = self.buffers[dtype], self.views[dtype]
-            torch._foreach_copy_(views, [p.grad for p in params])
+            foreach_copy_(views, [p.grad for p in params])
             if self.average:
                 dist.all_reduce(flat, op=dist.ReduceOp.AVG)
             else:

@@ -23,7 +23,8 @@ from loaders.workers import worker_errors
 from . import cadence, ddp
 from .config import TrainConfig
 from .data import check_fits
-from .prepare import Run, mark, prepare
+from .prepare import mark, prepare
+from .run_parts import Run
 
 
 @dataclass

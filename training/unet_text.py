@@ -32,9 +32,6 @@ def tiny_text(**overrides) -> TextUNetConfig:
     return replace(TextUNetConfig(**vars(tiny()), text_dim=32), **overrides)
 
 
-UNET_TEXT_PRESETS = {"ddpm_cifar10_text": ddpm_cifar10_text, "tiny_text": tiny_text}
-
-
 class CrossAttention(nn.Module):
     """Pixels (N, C, H, W) attend to caption tokens (N, L, text_dim) where `mask` (N, L) is True; one head, as the
     UNet's self-attention."""
