@@ -659,7 +659,7 @@ def test_what_runs_inside_a_program_names_no_package_of_gpufeed():
             names += [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else []
             absolute += [f"{name}:{node.lineno} {n}" for n in names if n.split(".")[0] in PACKAGES]
         todo += [target for target, _ in imported_modules(name, known[name], known)]
-    assert {"bench.watcher.state", "bench.watcher.verdict", "common.run_record", "bench.records.thresholds"} <= seen
+    assert {"bench.watcher.state", "bench.watcher.verdict", "bench.records.thresholds"} <= seen
     assert absolute == []
 
 

@@ -93,30 +93,25 @@ class ProcessState:
         rec = self.record(final)
         path = os.path.join(self.settings.out, f"rank-{rec['host']}-{rec['pid']}.json")
         os.makedirs(self.settings.out, exist_ok=True)
-        _writer().write_json(path, rec)
+        _common("atomic").write_json(path, rec)
 
 
-WRITER = "common.atomic"  # the one atomic writer, beside bench wherever gpufeed is installed
-_PRIVATE = "_gpufeed_atomic"
-
-
-def _writer():
-    """The one atomic writer, loaded from its file under a private name: inside a watched program the package names
-    of gpufeed stay the program's own."""
-    if _PRIVATE not in sys.modules:
-        path = Path(__file__).resolve().parents[2].joinpath(*WRITER.split(".")).with_suffix(".py")
-        spec = importlib.util.spec_from_file_location(_PRIVATE, path)
+def _common(name: str):
+    """A module of gpufeed's `common` that imports nothing of gpufeed (the atomic writer, the run record), loaded from
+    its file under a private name: inside a watched program the package names of gpufeed stay the program's own."""
+    private = f"_gpufeed_{name}"
+    if private not in sys.modules:
+        path = Path(__file__).resolve().parents[2] / "common" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(private, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        sys.modules[_PRIVATE] = module
-    return sys.modules[_PRIVATE]
+        sys.modules[private] = module
+    return sys.modules[private]
 
 
 def _where() -> dict:
     """The device this process computed on, and the libraries it ran with."""
-    from common.run_record import versions
-
-    out: dict = {"versions": versions()}
+    out: dict = {"versions": _common("run_record").versions()}
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         try:
