@@ -125,6 +125,8 @@ def test_corpus_summary():
     """Tally of the cases above (run after them, in this file's order): every case ran and had an outcome."""
     if len(OUTCOMES) < len(IMAGES) + len(AUDIO) + len(KAGGLE) + 1:
         pytest.skip("run the whole file for the tally")
+    cases = {*IMAGES, *AUDIO, *KAGGLE, "WAV with a lying header"}
+    assert set(OUTCOMES) == cases, f"cases without an outcome: {sorted(cases - set(OUTCOMES))}"
     tally: dict[str, int] = {}
     for outcome in OUTCOMES.values():
         tally[outcome] = tally.get(outcome, 0) + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import tempfile
 from pathlib import Path
 
@@ -27,41 +28,54 @@ JSON = st.recursive(
 )
 KEYS = ["kind", "sample_shape", "dtype", "count", "classes", "digest", "formats", "audio", "source", "resize"]
 # near-valid manifests: every required key present, each value random or a plausible one, so checks past the first
-# are reached
+# are reached; a class named as a folder can be, with a terminal escape (OSC 52 writes the clipboard) in it
 PLAUSIBLE = {
     "kind": "image",
     "sample_shape": [2, 2, 3],
     "dtype": "uint8",
     "count": 1,
-    "classes": ["a"],
+    "classes": ["a", "b\x1b]52;c;aGk=\x07"],
     "digest": {"total": "0", "chunk_size": 1, "chunks": []},
     "formats": {"hdf5": {"files": []}},
 }
+
+# what `dataprep info` prints of an accepted manifest: lines of text, no control character from the data (it would
+# drive the terminal)
+CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def assert_printable(summary: str) -> None:
+    found = CONTROL.search(summary)
+    assert found is None, f"control character {found.group()!r} printed: {summary!r}"
 
 
 @FUZZ
 @given(st.binary(max_size=300))
 def test_manifest_reader_random_bytes(blob):
+    """Random bytes as manifest.json: a ManifestError, or a summary without control characters; nothing else."""
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "manifest.json").write_bytes(blob)
         try:
-            describe(load_manifest(d))
+            summary = describe(load_manifest(d))
         except ManifestError:
-            pass
+            return
+        assert_printable(summary)
 
 
 @FUZZ
 @given(st.fixed_dictionaries({}, optional={k: JSON for k in KEYS}), st.sets(st.sampled_from(list(PLAUSIBLE))))
 def test_manifest_reader_random_structures(random_values, keep_plausible):
+    """Near-valid random manifests: a ManifestError, or a summary without control characters; nothing else."""
     manifest = {**random_values, **{k: PLAUSIBLE[k] for k in keep_plausible}}
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "manifest.json").write_text(json.dumps(manifest))
         try:
             manifest = load_manifest(d)
-            describe(manifest)  # what is accepted must also be readable
+            summary = describe(manifest)  # what is accepted must also be readable
             require_verifiable(manifest, Path(d))
         except ManifestError:
-            pass
+            return
+        assert_printable(summary)
 
 
 @FUZZ
