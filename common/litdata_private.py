@@ -1,10 +1,10 @@
-"""Every part of LitData that gpufeed uses beyond `litdata.StreamingDataset` and `StreamingDataLoader`, here and
-nowhere else, each listed in USED and pinned by a test to the LitData versions setup.cfg names
-(tests/test_private_apis.py): the shard writer, the S3 downloader's registry and its publish step (where each shard's
-sha256 is checked before the reader sees it), the ranks a dataset reads for, the flag that makes it fetch with boto3,
-the prefetch thread's crash report, and the in-shard shuffle (a subclass of LitData's: `AlignedStreamingDataset`,
-built on first use so that importing this module does not import LitData). Imported only where LitData is installed
-(the 'stream' extra)."""
+"""Every part of LitData that gpufeed uses beyond `litdata.StreamingDataset` and `StreamingDataLoader`, here and nowhere
+else, each listed in USED and pinned by a test to the LitData versions setup.cfg names
+(tests/integration/test_private_apis.py): the shard writer, the S3 downloader's registry and its publish step (where
+each shard's sha256 is checked before the reader sees it), the ranks a dataset reads for, the flag that makes it fetch
+with boto3, the prefetch thread's crash report, and the in-shard shuffle (a subclass of LitData's:
+`AlignedStreamingDataset`, built on first use so that importing this module does not import LitData). Imported only
+where LitData is installed (the 'stream' extra)."""
 
 from __future__ import annotations
 

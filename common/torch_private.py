@@ -1,6 +1,6 @@
-"""Every private part of torch that gpufeed uses, here and nowhere else, each listed in USED and pinned by a test to
-the torch versions setup.cfg names (tests/test_private_apis.py): the foreach kernels of the EMA and the weight check,
-a DataLoader's worker shutdown, Dynamo's counters of where the compile time went, AOTAutograd's switch for graphs
+"""Every private part of torch that gpufeed uses, here and nowhere else, each listed in USED and pinned by a test to the
+torch versions setup.cfg names (tests/integration/test_private_apis.py): the foreach kernels of the EMA and the weight
+check, a DataLoader's worker shutdown, Dynamo's counters of where the compile time went, AOTAutograd's switch for graphs
 holding a custom autograd.Function, the local Inductor cache folder, Inductor's options, and what keeping Dynamo's
 traced program needs (`train --compile-traced-program`: torch's caching precompile). Where a torch has one of the
 compile parts not as expected, the run is the same: it compiles anew, or its record says less, and a line says why.
@@ -184,7 +184,7 @@ def names_past_installed() -> None:
     """Dynamo names the globals a trace puts into a module from one counter per process, and stops on an assertion
     where a name is taken. An installed program brings the names of the process that traced it, so a later trace here
     (a new input shape, a failed guard) would take the same names: move the counter past every such name (torch 2.11
-    and 2.14 stop otherwise; tests/test_compile_cache.py traces anew after an install). The program's module is
+    and 2.14 stop otherwise; tests/training/test_compile_cache.py traces anew after an install). The program's module is
     torch's, not the model's, so every module is looked at (a few milliseconds)."""
     from torch._dynamo import bytecode_transformation as bt
 

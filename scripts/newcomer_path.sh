@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The newcomer's path through README.md, in order, each step as the README types it: the demo's main job on synthetic
 # images, the main job on a folder of real images, the object-storage section, the latent section on a CPU. Sizes
-# come from the environment, so CI runs it small (tests/test_newcomer_path.py) and a person full size:
+# come from the environment, so CI runs it small (tests/integration/test_newcomer_path.py) and a person full size:
 #   IMAGES=path/to/image-folder scripts/newcomer_path.sh WORKDIR
 # Object storage needs AWS_ENDPOINT_URL and friends (what `python -m bench.objectstore serve DIR` prints) and BUCKET;
 # without them that section is skipped, and says so.

@@ -1,5 +1,6 @@
-"""Shared fixtures: the real data in ../shared/datasets, unpacked once per session, the gpu marker, and a compile
-cache of the tests' own."""
+"""Fixtures shared by the test folders: the real data in ../shared/datasets, unpacked once per session, synthetic
+and latent data sets, the SeaweedFS server, the gpu marker, and a compile cache of the tests' own. A fixture that only
+one folder's tests use lives in that folder's conftest.py."""
 
 from __future__ import annotations
 
@@ -99,14 +100,6 @@ def image_vae(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def audio_vae(tmp_path_factory) -> Path:
-    """A tiny AudioLDM-shaped AutoencoderKL directory: a 1-channel log-mel in, 8 latent channels, downsampling 4."""
-    from latent_helpers import build_audio_vae
-
-    return build_audio_vae(tmp_path_factory.mktemp("vae") / "audio")
-
-
-@pytest.fixture(scope="session")
 def latent_pixels(synthetic_images) -> Path:
     """The N_LATENT synthetic images that latent_images encodes, as pixels (hdf5)."""
     return synthetic_images(N_LATENT)
@@ -146,16 +139,6 @@ def seaweed(tmp_path_factory):
         for name, value in store.server.env().items():
             patch.setenv(name, value)
         yield store
-
-
-@pytest.fixture(scope="module")
-def small_shards():
-    """Stream shards of ~128 KiB (42 images) instead of 16 MiB, so a few hundred images make many shards."""
-    import dataprep.formats.stream as stream
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(stream, "SHARD_BYTES", 128 << 10)
-        yield
 
 
 @pytest.fixture(scope="session")

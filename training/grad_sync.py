@@ -7,7 +7,7 @@
   gradients then become views into that buffer, each with its parameter's strides, as the fused optimizer needs.
 - `auto` (`choose`): the fastest measured way that applies here (docs/BENCHMARKS.md, finding 7).
 
-Both give the same losses to rounding (tests/test_grad_sync.py, over gloo)."""
+Both give the same losses to rounding (tests/training/test_grad_sync.py, over gloo)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ What a graph needs, and where it gets it here:
 - warm-up outside the graph: the first steps run eagerly (torch.compile compiles, cuDNN tunes, NCCL connects, Adam
   makes its state), on the side stream the capture uses, as torch's documentation advises;
 - the random numbers of an eager step: torch's graph-safe generator gives each replay the offsets an eager step
-  would have drawn, so the noise and timesteps (and dropout) match the launched step's (tests/test_training_loop.py).
+  would have drawn, so the noise and timesteps (and dropout) match the launched step's
+  (tests/training/test_training_loop.py).
 
 On a CPU there is no graph: the same step runs eagerly, which is how the CPU tests exercise it."""
 

@@ -53,7 +53,7 @@ diffusers() {
 }
 
 gputest() {
-  $PY -m pytest -m gpu -q -p no:cacheprovider tests/test_bench_watch.py 2>&1 | tee "$OUT/pytest_gpu_watch.txt" | tail -15
+  $PY -m pytest -m gpu -q -p no:cacheprovider tests/bench/test_bench_watch.py 2>&1 | tee "$OUT/pytest_gpu_watch.txt" | tail -15
 }
 
 for step in "$@"; do "$step"; done

@@ -232,7 +232,7 @@ for STEP in "$@"; do
         soak) prep; soak_start ;;
         soakwait) soak_wait ;;
         fastest) mkdir -p "$OUT"
-            $PY -m pytest -m gpu -q -s -p no:cacheprovider tests/test_bench_fastest.py -k decides_within_a_minute 2>&1 \
+            $PY -m pytest -m gpu -q -s -p no:cacheprovider tests/bench/test_bench_fastest.py -k decides_within_a_minute 2>&1 \
                 | tee "$OUT/pytest_fastest.txt" || echo "fastest: FAILED" ;;
         xcheck) prep
             bench xcheck cifar10 tiny 512 --cpus 4 --backends torch,hdf5,gpu --workers 3 --pin-memory on \

@@ -121,7 +121,7 @@ for step in "$@"; do
     audio_*) audio_data; grid_step "$step" ;;
     gputest)
       mkdir -p "$R/gputest"
-      python3 -m pytest -m gpu -q tests/test_latents_gpu.py tests/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true
+      python3 -m pytest -m gpu -q tests/integration/test_latents_gpu.py tests/training/test_dit.py 2>&1 | tee "$R/gputest/pytest_gpu.txt" || true
       archive gputest ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

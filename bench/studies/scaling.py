@@ -186,7 +186,7 @@ def summary(results: Path, steps: int) -> dict:
     md += ["", "## One all-reduce alone (bench/studies/nccl_probe.py)", ""] + nccl_table(results)
     md += ["", f"## Where a step's time goes (profiler, per step over {steps} steps)", ""] + trace_table(found)
     md += ["", "## The training thread's time on the host, per step (its outermost operators)", ""] + host_table(found)
-    md += ["", "## GPU tests (tests/test_ranks_gpu.py)", ""] + tests_table(results)
+    md += ["", "## GPU tests (tests/integration/test_ranks_gpu.py)", ""] + tests_table(results)
     (results / "summary.md").write_text("\n".join(md) + "\n")
     rates = [
         {

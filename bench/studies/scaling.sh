@@ -125,7 +125,7 @@ graph() {  # the whole step as one CUDA graph: its own 1-GPU rate and the most G
 graphtest() {  # the step graph against the step launched op by op on one GPU (eager fp32, compiled bf16)
   grep -q " passed\| failed" "$R/graphtest/pytest.txt" 2>/dev/null && return
   mkdir -p "$R/graphtest"
-  timeout 240 $PY -m pytest -m gpu -v -p no:cacheprovider tests/test_training_loop.py -k step_graph 2>&1 \
+  timeout 240 $PY -m pytest -m gpu -v -p no:cacheprovider tests/training/test_training_loop.py -k step_graph 2>&1 \
     | tee "$R/graphtest/pytest.txt" | tail -4
 }
 weak() {  # today's DDP: the 1-GPU rate every way shares, then 2 and 4 ranks
@@ -152,7 +152,7 @@ dit() {
   grid dit-ddp "$D/latents" --model $M_DIT --batch-size $B_DIT --backends none --nproc "1,$TOP"
 }
 
-pytests() {  # pytests NAME -k EXPR: GPU tests of tests/test_ranks_gpu.py into $R/NAME, once
+pytests() {  # pytests NAME -k EXPR: GPU tests of tests/integration/test_ranks_gpu.py into $R/NAME, once
   local name=$1
   shift
   grep -q " passed\| failed" "$R/$name/pytest.txt" 2>/dev/null && { echo "$name: ran in an earlier call"; return; }
@@ -160,7 +160,7 @@ pytests() {  # pytests NAME -k EXPR: GPU tests of tests/test_ranks_gpu.py into $
   wheels || echo "$name: no diffusers: the convert --vae tests skip"
   mkdir -p "$R/$name"
   GPUFEED_TEST_RECORDS="$R/$name" timeout "$($PY -c "print(int(60 * float('$(left)')))")" \
-    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/test_ranks_gpu.py "$@" 2>&1 | tee "$R/$name/pytest.txt"
+    $PY -m pytest -m gpu -v -s -p no:cacheprovider tests/integration/test_ranks_gpu.py "$@" 2>&1 | tee "$R/$name/pytest.txt"
 }
 gputest() {  # convert --vae on 2 and 4 GPUs against one; a killed rank under NCCL; every --grad-sync compiled on 2
   # GPUs against DDP's losses (the step graph's first, in a step of its own)

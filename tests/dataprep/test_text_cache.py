@@ -1,0 +1,169 @@
+"""`dataprep convert --text-encoder`: each distinct caption encoded once, its valid tokens, mask and pooled vector
+stored beside the samples, equal to an independent encoding of the same captions to the stored dtype's rounding;
+the manifest records the encoder, verify checks the table, and captions are required."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from dataprep_helpers import make_cifar_pickles
+
+from dataprep.cli import cli
+from dataprep.formats import module
+from dataprep.manifest import load_manifest
+from dataprep.textcache import TextTable
+from dataprep.textenc import load_text_encoder
+from dataprep.verify import verify
+
+TEMPLATES = ("a photo of a {label}", "a small {label} in a long caption about nothing in particular")
+RELATIVE = {"fp16": 2**-10, "bf16": 2**-7}  # one rounding of the stored dtype, relative
+
+
+def convert(src: Path, out: Path, *extra: str):
+    args = ["convert", "--input", str(src), "--output", str(out), "--format", "hdf5", "--quiet", "--workers", "1"]
+    flags = [a for t in TEMPLATES for a in ("--caption-template", t)]
+    return CliRunner().invoke(cli, [*args, *flags, "--batch-size", "8", *extra])
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cifar-pickles")
+    make_cifar_pickles(root, n_per_batch=8)  # 40 training images, 10 classes
+    return root
+
+
+def stored_captions(out: Path) -> list[str]:
+    return [t for c in module("hdf5").read_chunks(out, load_manifest(out), 64) for t in c.text]
+
+
+@pytest.mark.parametrize(("kind", "dtype"), [("clip", "fp16"), ("t5", "bf16")])
+def test_cached_embeddings_equal_an_independent_encoding(cifar, text_encoders, tmp_path, kind, dtype):
+    """Every sample's cached tokens, mask and pooled vector equal the encoder's own output for its caption, to one
+    rounding of the stored dtype; each distinct caption stored once, the empty caption among them, and only its
+    valid tokens."""
+    r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders[kind]), "--text-dtype", dtype)
+    assert r.exit_code == 0, r.output
+    captions = stored_captions(tmp_path / "out")
+    m = load_manifest(tmp_path / "out")
+    got = TextTable(tmp_path / "out", m).lookup(captions)
+    want = load_text_encoder(text_encoders[kind]).encode(captions)
+    assert (
+        torch.equal(got.mask, want.mask) and got.tokens.dtype == {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    )
+    for a, b in ((got.tokens, want.tokens), (got.pooled, want.pooled)):
+        assert torch.allclose(a.float(), b, rtol=RELATIVE[dtype], atol=1e-6)
+    t = m["text"]
+    distinct = [*set(captions), ""]  # the empty caption: caption dropout's, cached once
+    assert t["captions"] == len(distinct) < len(captions) and "" not in captions
+    want_all = load_text_encoder(text_encoders[kind]).encode(distinct)
+    assert t["tokens"] == int(want_all.mask.sum())
+    assert (t["encoder"]["name"], t["encoder"]["kind"], t["dtype"]) == (kind, kind, dtype)
+    assert verify(tmp_path / "out") == []
+
+
+def test_max_tokens_cuts_captions(cifar, text_encoders, tmp_path):
+    """--text-max-tokens 5: no caption keeps more than 5 tokens, and the manifest says 5."""
+    r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders["clip"]), "--text-max-tokens", "5")
+    assert r.exit_code == 0, r.output
+    m = load_manifest(tmp_path / "out")
+    got = TextTable(tmp_path / "out", m).lookup(stored_captions(tmp_path / "out"))
+    assert m["text"]["max_tokens"] == 5 and got.mask.sum(1).max() == 5
+
+
+def test_verify_names_a_damaged_table(cifar, text_encoders, tmp_path):
+    """A changed byte in text/tokens.bin is named by verify; so is an edited text entry of the manifest."""
+    out = tmp_path / "out"
+    assert convert(cifar, out, "--text-encoder", str(text_encoders["clip"])).exit_code == 0
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    data = bytearray((damaged / "text" / "tokens.bin").read_bytes())
+    data[7] ^= 0xFF
+    (damaged / "text" / "tokens.bin").write_bytes(bytes(data))
+    assert any(p.startswith("text: text/tokens.bin sha256 differs") for p in verify(damaged)), verify(damaged)
+    m = json.loads((out / "manifest.json").read_text())
+    m["text"]["max_tokens"] = 1000
+    (out / "manifest.json").write_text(json.dumps(m))
+    assert any("text.max_tokens" in p for p in verify(out)), verify(out)
+
+
+def test_text_encoder_needs_captions(text_encoders, tmp_path):
+    """--text-encoder on samples without captions: one line saying how to give them some, nothing written."""
+    make_cifar_pickles(tmp_path / "in", n_per_batch=4)
+    args = ["convert", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"), "--format", "hdf5"]
+    r = CliRunner().invoke(cli, [*args, "--quiet", "--text-encoder", str(text_encoders["clip"])])
+    assert r.exit_code == 1 and "no captions to encode with --text-encoder" in r.output, r.output
+    assert "--caption-template" in r.output and not (tmp_path / "out").exists()
+
+
+def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_path):
+    """--vae and --text-encoder together: latents and the caption table in one output, both verified."""
+    extra = ["--vae", str(image_vae), "--device", "cpu", "--text-encoder", str(text_encoders["clip"]), "--limit", "8"]
+    r = convert(cifar, tmp_path / "out", *extra)
+    assert r.exit_code == 0, r.output
+    m = load_manifest(tmp_path / "out")
+    assert (
+        m["kind"] == "latent"
+        and m["count"] == 8
+        and m["text"]["captions"] == len(set(stored_captions(tmp_path / "out")) | {""})
+    )
+    assert verify(tmp_path / "out") == []
+
+
+RANKS_CONVERT = """
+import sys, torch
+from dataprep.cli import cli
+cli(sys.argv[1:], standalone_mode=False)  # the command as typed under torchrun, in this process
+if torch.distributed.is_initialized():
+    raise SystemExit("convert joined a process group and did not leave it")
+"""
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_write_the_table_one_process_writes(text_encoders, tmp_path):
+    """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch of distinct captions and
+    rank 0 writes a text table byte for byte what one process writes."""
+    args = ["convert", "--source", "synthetic-images", "--limit", "100", "--format", "hdf5", "--quiet"]
+    args += ["--text-encoder", str(text_encoders["t5"]), "--batch-size", "4", "--device", "cpu"]
+    args += [a for t in TEMPLATES for a in ("--caption-template", t)]
+    env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")], env=env)
+    assert one.returncode == 0
+    (tmp_path / "ranks.py").write_text(RANKS_CONVERT)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    two = subprocess.run(
+        [*torchrun, str(tmp_path / "ranks.py"), *args, "--output", str(tmp_path / "two")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    for name in ("captions.json", "tokens.bin", "offsets.bin", "pooled.bin"):
+        assert (tmp_path / "one" / "text" / name).read_bytes() == (tmp_path / "two" / "text" / name).read_bytes()
+    text = [load_manifest(tmp_path / d)["text"] for d in ("one", "two")]
+    assert [t["processes"] for t in text] == [1, 2] and text[1]["captions"] > 8  # > one turn of 2 ranks x 4
+
+
+def test_overwrite_replaces_a_dataset_with_cached_embeddings(cifar, text_encoders, tmp_path):
+    """--overwrite of an output holding text/: its files are the manifest's, so it is replaced, not refused."""
+    encoder = ["--text-encoder", str(text_encoders["clip"]), "--limit", "8"]
+    assert convert(cifar, tmp_path / "out", *encoder).exit_code == 0
+    r = convert(cifar, tmp_path / "out", *encoder, "--overwrite")
+    assert r.exit_code == 0, r.output
+
+
+def test_text_options_need_the_encoder(tmp_path):
+    """--text-max-tokens or --text-dtype fp16 without --text-encoder: a usage error naming the option, not ignored."""
+    for extra in (["--text-max-tokens", "5"], ["--text-dtype", "fp16"]):
+        args = ["convert", "--source", "synthetic-images", "--limit", "4", "--output", str(tmp_path / "o"), *extra]
+        r = CliRunner().invoke(cli, args)
+        assert r.exit_code == 2 and f"Invalid value for {extra[0]}" in r.output and "add --text-encoder" in r.output
+        assert not (tmp_path / "o").exists()

@@ -1,0 +1,312 @@
+"""Where each headline figure in README.md and docs/ comes from: the text as written (in every doc that repeats it),
+the raw file under bench/results, the expression over it and the rounding (a format string). A figure that no longer
+matches its raw result, or a doc that no longer says it the same way, fails tests/integration/test_doc_figures.py."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import statistics
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+README, BENCHMARKS, TRAINING = "README.md", "docs/BENCHMARKS.md", "docs/TRAINING.md"
+F1 = "f1_cifar10_bs128/raw.tar.xz:results.csv"
+F5 = "f5_watch/raw.tar.xz:diffusers-shipped/watch.json"
+F6 = "f6_latent_h100/raw.tar.xz:m2_images/{}/results.csv"
+F7_E, F7_C, F7_D = (f"{d}/summary.json" for d in ("f7_late_ema_4xh200", "f7_step_graph_4xh200", "f7_buckets_4xh100"))
+VAE = "f7_late_ema_4xh200/raw.tar.xz:./gputest/convert_vae_{}gpus.json"
+COLD = "cold_start_h100/raw.tar.xz:precompile/{}_first/cold_start.json"
+F8 = "f8_stream_pace_h200/ahead/{}/train_{}/summary.json"
+F8_4 = tuple(F8.format("3_download_lock_4xh200", t) for t in ("r4gpu", "r4sd", "r4sd2", "r4sd_100M", "r4sd_1G"))
+F8_1 = (F8.format("2_one_client_4xh200", "r1gpu"), F8.format("2_one_client_4xh200", "r1sd"))
+F8_D = (F8.format("4_latents_h200", "dgpu"), F8.format("4_latents_h200", "dsd"))
+
+
+@dataclass(frozen=True)
+class Figure:
+    docs: tuple[str, ...]  # every doc that says it, in these words
+    text: str  # as written, whitespace aside
+    source: str | tuple[str, ...]  # under bench/results; "archive:member" inside an archive
+    value: Callable[..., tuple]  # the figures, from the loaded source (one argument per source)
+    fmt: str  # the rounding: fmt.format(*value) must give text
+
+
+def load(source: str) -> object:
+    """A JSON or CSV result under bench/results, plain or a member of an archive (CSV as a list of rows)."""
+    path, _, member = source.partition(":")
+    if member:
+        with tarfile.open(RESULTS / path) as tar:
+            raw = tar.extractfile(member).read().decode()
+    else:
+        raw = (RESULTS / path).read_text()
+    return list(csv.DictReader(io.StringIO(raw))) if source.endswith(".csv") else json.loads(raw)
+
+
+def values(figure: Figure) -> tuple:
+    sources = (figure.source,) if isinstance(figure.source, str) else figure.source
+    return figure.value(*(load(s) for s in sources))
+
+
+def med(rows: list[dict], col: str, **where: str) -> float:
+    """The median of a CSV column over the rows whose fields equal `where`."""
+    return statistics.median(float(r[col]) for r in rows if all(r[k] == v for k, v in where.items()))
+
+
+def rate(summary: dict, name: str) -> float:
+    """A run's samples/s in a scaling summary.json, by its name."""
+    return next(r["samples_per_s"] for r in summary["runs"] if r["name"] == name)
+
+
+DF, HDF5_8, TORCH_0 = (
+    {"kind": "data_free"},
+    {"backend": "hdf5", "workers": "8", "pin_memory": "True"},
+    {"backend": "torch", "workers": "0", "pin_memory": "True"},
+)
+G = "datafree-{}bs128-ddpm_cifar10-cpusall-bf16-compiled-{}r{}"  # a step-graph or DDP data-free run of finding 7
+GRAPH, DDP = "step-graph-", ""
+C4 = "{}-np4-bs128-ddpm_cifar10-cpus4-bf16-compiled-step-graph-r0"  # finding 7's loaders at 4 cores a rank
+DIT = "datafree-{}bs256-dit_b2-cpusall-bf16-compiled-{}r0"
+
+
+def _shares(gpu: dict, *streams: dict) -> tuple:
+    """Each stream run's samples/s over the same call's `gpu` run's."""
+    return tuple(s["samples_per_s"] / gpu["samples_per_s"] for s in streams)
+
+
+def _host_c(s: dict, how: str) -> tuple:
+    one = max(rate(s, G.format("", how, r)) for r in (0, 1))  # against the faster of the two one-GPU processes
+    two = [rate(s, G.format("np2-", how, r)) / one for r in (0, 1)]
+    four = [rate(s, G.format("np4-", how, r)) / one for r in (0, 1)]
+    return min(two), max(two), min(four), max(four)
+
+
+def _fed(s: dict) -> tuple:
+    fed = [rate(s, C4.format(name)) for name in ("gpu-wna-pinna", "hdf5-w3-pinon")]
+    unpinned = [rate(s, G.format("np4-", GRAPH, r)) for r in (0, 1)]
+    return min(fed) / rate(s, C4.format("datafree")), min(fed) / max(unpinned), min(fed) / min(unpinned)
+
+
+def _cold(runs: list[dict], variant: str, kind: str, key: str) -> float:
+    return statistics.median(r["compile"][key] for r in runs if r["variant"] == variant and r["kind"] == kind)
+
+
+def _cold_all(*rounds: dict) -> tuple:
+    runs = [r for part in rounds for r in part["runs"]]
+    return tuple(_cold(runs, v, k, key) for v, k, key in COLD_CELLS)
+
+
+COLD_CELLS = (
+    ("before", "cold", "since_launch_s"),
+    ("before", "warm", "since_launch_s"),
+    ("before", "warm", "timed_since_launch_s"),
+    ("after", "warm", "since_launch_s"),
+    ("after", "warm", "timed_since_launch_s"),
+)
+
+
+def _e(s: dict) -> tuple:
+    one = rate(s, G.format("", GRAPH, 0))
+    return rate(s, G.format("np2-", GRAPH, 0)) / one, rate(s, G.format("np4-", GRAPH, 0)) / one
+
+
+def _dit(s: dict) -> tuple:
+    return tuple(rate(s, DIT.format("np4-", how)) / rate(s, DIT.format("", how)) for how in (GRAPH, DDP))
+
+
+def _vae(two: dict, four: dict) -> tuple:
+    return two["wall_ratio"], four["wall_ratio"], two["wall_s"], four["wall_s"], two["one_gpu_wall_s"]
+
+
+def _d(s: dict) -> tuple:
+    one = rate(s, G.format("", GRAPH, 0))
+    return rate(s, G.format("np2-", GRAPH, 0)) / one, rate(s, G.format("np4-", GRAPH, 0)) / one
+
+
+W = "samples_per_s"
+FIGURES = (
+    Figure(
+        (README,),
+        "(the model alone, data-free: 4,988 samples/s)",
+        F1,
+        lambda t: (med(t, W, **DF),),
+        "(the model alone, data-free: {:,.0f} samples/s)",
+    ),
+    Figure(
+        (README,),
+        "whose data-free rate was 4,988 samples/s",
+        F1,
+        lambda t: (med(t, W, **DF),),
+        "whose data-free rate was {:,.0f} samples/s",
+    ),
+    Figure(
+        (README,),
+        "4,983 samples/s (99.8% of the data-free rate) at 0.17% starvation",
+        F1,
+        lambda t: (med(t, W, **HDF5_8), med(t, "vs_data_free", **HDF5_8), med(t, "starvation", **HDF5_8)),
+        "{:,.0f} samples/s ({:.1%} of the data-free rate) at {:.2%} starvation",
+    ),
+    Figure(
+        (README,),
+        "GPU idle 66.5% of the time waiting for input, 31% of the data-free rate",
+        F1,
+        lambda t: (med(t, "starvation", **TORCH_0), med(t, "vs_data_free", **TORCH_0)),
+        "GPU idle {:.1%} of the time waiting for input, {:.0%} of the data-free rate",
+    ),
+    Figure(
+        (README,),
+        "rate 998 samples/s (runs 942-1,054), 56.6% of its data-free rate (1,780)",
+        F5,
+        lambda w: (w[W], *w["samples_per_s_range"], w["vs_data_free"], w["data_free"][W]),
+        "rate {:,.0f} samples/s (runs {:,.0f}-{:,.0f}), {:.1%} of its data-free rate ({:,.0f})",
+    ),
+    Figure(
+        (README,),
+        "starvation 39.3%, wait median 52.2 ms (p95 65.9)",
+        F5,
+        lambda w: (w["starvation"], w["wait_median_ms"], w["wait_p95_ms"]),
+        "starvation {:.1%}, wait median {:.1f} ms (p95 {:.1f})",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 998 (942–1,054) | 56.6% (49.3–63.9%) | 39.3% |",
+        F5,
+        lambda w: (
+            w[W],
+            *w["samples_per_s_range"],
+            w["vs_data_free"],
+            *(100 * v for v in w["vs_data_free_range"]),
+            w["starvation"],
+        ),
+        "| {:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} ({:.1f}–{:.1f}%) | {:.1%} |",
+    ),
+    Figure(
+        (README, BENCHMARKS),
+        "1.97× its one-GPU rate on 2 GPUs and 3.78× on 4",
+        F7_E,
+        _e,
+        "{:.2f}× its one-GPU rate on 2 GPUs and {:.2f}× on 4",
+    ),
+    Figure((README, BENCHMARKS), "3.78× on 4 (DDP: 3.66×)", F7_E, _dit, "{:.2f}× on 4 (DDP: {:.2f}×)"),
+    Figure(
+        (README, BENCHMARKS),
+        "1.5% slower than the",
+        F7_E,
+        lambda s: (1 - rate(s, G.format("", GRAPH, 0)) / rate(s, G.format("", DDP, 0)),),
+        "{:.1%} slower than the",
+    ),
+    Figure(
+        (README, BENCHMARKS),
+        "1.92× and 3.79–3.81×",
+        F7_C,
+        lambda s: _host_c(s, GRAPH)[1:],
+        "{:.2f}× and {:.2f}–{:.2f}×",
+    ),
+    Figure(
+        (README, BENCHMARKS),
+        "1.36–1.45× and 2.03–3.01×",
+        F7_C,
+        lambda s: _host_c(s, DDP),
+        "{:.2f}–{:.2f}× and {:.2f}–{:.2f}×",
+    ),
+    Figure((README, BENCHMARKS), "1.90× and 3.79×", F7_D, _d, "{:.2f}× and {:.2f}×"),
+    Figure(
+        (README,),
+        "99.4% or more of the data-free rate at the same 4 cores a rank (98.6% or more of the unpinned",
+        F7_C,
+        lambda s: _fed(s)[:2],
+        "{:.1%} or more of the data-free rate at the same 4 cores a rank ({:.1%} or more of the unpinned",
+    ),
+    Figure(
+        (README,),
+        "ran 0.98× as fast as on one GPU on 2 GPUs and 1.15× on 4 (37.8 and 32.1 s against 36.9 s",
+        (VAE.format(2), VAE.format(4)),
+        _vae,
+        "ran {:.2f}× as fast as on one GPU on 2 GPUs and {:.2f}× on 4 ({:.1f} and {:.1f} s against {:.1f} s",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "37.8 and 32.1 s against one GPU's 36.9 s, 0.98× and 1.15× as fast",
+        (VAE.format(2), VAE.format(4)),
+        lambda a, b: (a["wall_s"], b["wall_s"], a["one_gpu_wall_s"], a["wall_ratio"], b["wall_ratio"]),
+        "{:.1f} and {:.1f} s against one GPU's {:.1f} s, {:.2f}× and {:.2f}× as fast",
+    ),
+    Figure(
+        (README, BENCHMARKS, "docs/LATENTS.md"),
+        "3.07×",
+        (F6.format("cached_cpus2"), F6.format("online_cpus2")),
+        lambda c, o: (med(c, W, **DF) / med(o, W, **DF),),
+        "{:.2f}×",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "runs 3.07× faster (2,637 against 859 images/s data-free, one run each)",
+        (F6.format("cached_cpus2"), F6.format("online_cpus2")),
+        lambda c, o: (med(c, W, **DF) / med(o, W, **DF), med(c, W, **DF), med(o, W, **DF)),
+        "runs {:.2f}× faster ({:,.0f} against {:,.0f} images/s data-free, one run each)",
+    ),
+    Figure(
+        (TRAINING,),
+        "ends 101.6 s after launch on a fresh machine and 17.6 s with the compile cache, its first timed "
+        "step at 20.1 s (medians of 2 and 4 runs; with `--compile-traced-program` 15.1 and 17.3 s",
+        (COLD.format("after"), COLD.format("before")),
+        _cold_all,
+        "ends {:.1f} s after launch on a fresh machine and {:.1f} s with the compile cache, its first timed step at "
+        "{:.1f} s (medians of 2 and 4 runs; with `--compile-traced-program` {:.1f} and {:.1f} s",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| without the traced program, cold | 2 | 101.6 |",
+        (COLD.format("after"), COLD.format("before")),
+        lambda *r: _cold_all(*r)[:1],
+        "| without the traced program, cold | 2 | {:.1f} |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| without the traced program, from the compile cache | 4 | 17.6 | 20.1 |",
+        (COLD.format("after"), COLD.format("before")),
+        lambda *r: _cold_all(*r)[1:3],
+        "| without the traced program, from the compile cache | 4 | {:.1f} | {:.1f} |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| **with it, from the compile cache** | 4 | **15.1** | **17.3** |",
+        (COLD.format("after"), COLD.format("before")),
+        lambda *r: _cold_all(*r)[3:],
+        "| **with it, from the compile cache** | 4 | **{:.1f}** | **{:.1f}** |",
+    ),
+    Figure(
+        (README,),
+        "at 99.7% of the resident `gpu` loader's rate on four ranks of a 4×H200 host (64 cores; two runs) and on "
+        "one of its GPUs (one run), and `dit_b2` on cached latents at 99.8% on one H200 (one run)",
+        F8_4[:3] + F8_1 + F8_D,
+        lambda g, a, b, g1, s1, gd, sd: (min(_shares(g, a, b) + _shares(g1, s1)), *_shares(gd, sd)),
+        "at {:.1%} of the resident `gpu` loader's rate on four ranks of a 4×H200 host (64 cores; two runs) and on one "
+        "of its GPUs (one run), and `dit_b2` on cached latents at {:.1%} on one H200 (one run)",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 4 ranks | **26,616** | **99.7%** | 1 of 23 | 0.45 s |",
+        F8_4[:2],
+        lambda g, a: (a["samples_per_s"], *_shares(g, a), a["first_batch_s"]),
+        "| 4 ranks | **{:,.0f}** | **{:.1%}** | 1 of 23 | {:.2f} s |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| | 4 ranks, link capped at 100 MB/s | 23,592 | 88.4% | 6 of 23 | 1.30 s |",
+        (F8_4[0], F8_4[3]),
+        lambda g, a: (a["samples_per_s"], *_shares(g, a), a["first_batch_s"]),
+        "| | 4 ranks, link capped at 100 MB/s | {:,.0f} | {:.1%} | 6 of 23 | {:.2f} s |",
+    ),
+    Figure(
+        (README,),
+        "four ranks through a 100 MB/s link got 88.4% of the rate, through 1 GB/s 99.8%",
+        (F8_4[0], F8_4[3], F8_4[4]),
+        _shares,
+        "four ranks through a 100 MB/s link got {:.1%} of the rate, through 1 GB/s {:.1%}",
+    ),
+)

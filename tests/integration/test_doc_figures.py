@@ -1,0 +1,43 @@
+"""Every headline figure in README.md and docs/ matches the raw result it comes from (doc_figures.py beside this file
+names the file, the expression and the rounding), and docs that repeat a figure say it alike."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from doc_figures import FIGURES, Figure, values
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def stale(figure: Figure) -> list[str]:
+    """What is wrong with one figure: its raw result rounds to other text, or a doc no longer says it."""
+    wrong = []
+    if (computed := figure.fmt.format(*values(figure))) != figure.text:
+        wrong.append(f"{figure.source} gives {computed!r}, the docs say {figure.text!r}")
+    wrong += [
+        f"{doc} no longer says {figure.text!r}"
+        for doc in figure.docs
+        if _flat(figure.text) not in _flat((ROOT / doc).read_text())
+    ]
+    return wrong
+
+
+@pytest.mark.parametrize("figure", FIGURES, ids=lambda f: f.text[:40])
+def test_a_figure_matches_its_raw_result_in_every_doc(figure):
+    """The figure as written equals its raw result, rounded as printed, in each doc that repeats it."""
+    assert stale(figure) == []
+
+
+def test_a_stale_figure_fails():
+    """A figure whose raw result rounds otherwise, or that a doc stopped saying, is reported, naming the source."""
+    good = FIGURES[0]
+    bad = Figure(good.docs, good.text.replace("4,988", "4,990"), good.source, good.value, good.fmt)
+    said = stale(bad)
+    assert len(said) == 2 and "gives '(the model alone, data-free: 4,988 samples/s)'" in said[0]
