@@ -64,20 +64,22 @@ def download_text(files: str, manifest: dict, folder: Path) -> None:
     table (each distinct caption once) is read there by dataprep.textcache.TextTable, as from a local directory."""
     from common.atomic import written
     from common.paths import all_inside
-    from dataprep.remote import RemoteError, fetch
+    from dataprep.remote import RemoteError, client, fetch
 
     from .integrity import DamagedDataError
 
     entries = manifest["text"]["files"]
     dataset = dataset_of(files)
     all_inside(folder, [f["path"] for f in entries], source=f"{dataset}/manifest.json")
+    s3 = None  # one client for every file
     for entry in entries:
         name, expected = entry["path"], entry["sha256"]
         target = folder / name
         target.parent.mkdir(parents=True, exist_ok=True)
         with written(target) as tmp:
             try:
-                fetch(files, name, tmp)
+                s3 = s3 or client()
+                fetch(files, name, tmp, s3)
             except RemoteError as e:
                 missing = "not found" in str(e)  # remote.explain's words for a missing object
                 raise LoaderError(f"{e}; {restore(dataset)}" if missing else str(e)) from None
