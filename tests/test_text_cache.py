@@ -234,3 +234,17 @@ def test_a_bad_text_file_in_the_store_is_named_in_one_line(remote_captioned, sea
     assert "\n" not in message and f"s3://{url.bucket}/{key}" in message, message
     assert f"dataprep verify {copy}" in message and ("sha256" in message) == (fault == "damaged"), message
     assert list((tmp_path / "caches").iterdir()) == []
+
+
+def test_train_on_s3_data_with_cached_embeddings(remote_captioned, tmp_path, monkeypatch):
+    """train --data s3://... --loader stream with a text model and caption dropout: the empty caption comes from the
+    data's table in the store; the run ends with a sample grid drawn from it."""
+    from training_helpers import tiny_cfg
+
+    from training.loop import main
+
+    monkeypatch.setenv("GPUFEED_STREAM_CACHE", str(tmp_path / "caches"))
+    cfg = tiny_cfg(remote_captioned, tmp_path / "run", model="tiny_text", loader="stream", batch_size=8, steps=2)
+    cfg.sample_every, cfg.sample_steps, cfg.sample_count, cfg.ckpt_every, cfg.timing_warmup = 2, 1, 1, 0, 0
+    summary = main(cfg)
+    assert len(summary.losses) == 2 and (tmp_path / "run" / "samples" / "step0000002.png").is_file()
