@@ -173,9 +173,9 @@ def list_names(s3, url: S3Url) -> Iterator[str]:
         raise explain(e, url) from None
 
 
-def fetch(location, name: str, target: Path) -> Path:
-    """Download one object to `target`."""
-    url, s3 = S3Url.parse(location), client()
+def fetch(location, name: str, target: Path, s3=None) -> Path:
+    """Download one object to `target`; `s3`: a client to reuse (one is made otherwise)."""
+    url, s3 = S3Url.parse(location), s3 or client()
     if name == MANIFEST and not exists(s3, url, MANIFEST):
         require_bucket(s3, url)
         raise RemoteError(f"{url}: no dataset there (no manifest.json at {endpoint()}); convert with --output {url}")

@@ -7,7 +7,9 @@ every sample within its shard: a function of seed and epoch), deals shards to ra
 drop_last every rank gets the same number of full batches, and resumes mid-epoch from a count of samples
 (`start_at`). gpufeed adds three things around it: the cache is a folder of this loader's own, removed by close(),
 at exit, or by the next loader once its lock is free (loaders.stream_cache); every downloaded shard is checked
-against the manifest's sha256 before LitData reads it (a damaged shard fails naming its hash: loaders.stream_checks);
+against the manifest's sha256 before LitData reads it (a damaged shard fails naming its hash: loaders.stream_checks),
+and so is the table of cached caption embeddings (`text/`), downloaded whole into the cache folder as the loader
+opens (it holds each distinct caption once; batches look their captions up there, as from a local directory);
 and a worker that waits longer than `STALL_S` for a batch (a server gone for good) stops the run with the endpoint
 named instead of hanging.
 
@@ -36,7 +38,15 @@ from .base import Batch, Loader
 from .errors import LoaderError
 from .stream_ahead import Ahead
 from .stream_cache import CacheFolder, parse_size
-from .stream_checks import STALL_S, check_download, crash_message, explain_download, stalled, stream_worker_init
+from .stream_checks import (
+    STALL_S,
+    check_download,
+    crash_message,
+    download_text,
+    explain_download,
+    stalled,
+    stream_worker_init,
+)
 from .workers import worker_errors
 
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
@@ -94,17 +104,16 @@ class StreamLoader(Loader):
         self.location = location or str(self.data_dir)  # s3://BUCKET/PREFIX, or the local directory
         self.files = files or self.location  # where the files are: s3://BUCKET/PREFIX/GENERATION (dataprep.remote)
         self.remote = self.location.startswith("s3://")
-        if self.remote and "text" in manifest:
-            raise LoaderError(
-                f"{self.location}: its caption embeddings (text/) are read from a local directory; copy the dataset "
-                "to local disk (aws s3 sync) and pass that"
-            )
         self.shape = (*manifest["sample_shape"],)
         self.dtype = np.dtype(manifest["dtype"])
         self.cache = None
-        self._dl, self._start = None, 0
-        self._open()
-        self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
+        self._dl, self._start, self._ahead = None, 0, None
+        try:
+            self._open()
+            self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
+        except BaseException:
+            self.close()  # a failed open leaves no cache folder behind
+            raise
 
     def _open(self) -> None:
         o = self.opts
@@ -117,6 +126,12 @@ class StreamLoader(Loader):
         self._folder = CacheFolder({Path(f["path"]).name: f["sha256"] for f in files})
         self.cache = self._folder.path
         atexit.register(self._folder.close)  # also when close() is never called
+        if self.remote and "text" in self.manifest:
+            # the caption embeddings: downloaded whole once, before workers fork; batches look captions up here
+            from dataprep.textcache import TextTable
+
+            download_text(self.files, self.manifest, self.cache)
+            self._table = TextTable(self.cache, self.manifest)
         use_s3_downloader(check_download, explain_download)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         self._dl = self._loader()

@@ -49,10 +49,46 @@ def check_download(tmp_path: str, local_filepath: str, remote_dir: str) -> None:
         from .integrity import DamagedDataError
 
         listed = f"the manifest says {expected}" if expected else "the manifest does not list it"
-        raise DamagedDataError(
-            f"{remote_dir}/{name}: damaged shard: sha256 {got}, {listed}; restore it or convert the "
-            f"data again (dataprep verify {dataset_of(remote_dir.rsplit('/', 1)[0])} checks every shard)"
-        )
+        dataset = dataset_of(remote_dir.rsplit("/", 1)[0])
+        raise DamagedDataError(f"{remote_dir}/{name}: damaged shard: sha256 {got}, {listed}; {restore(dataset)}")
+
+
+def restore(dataset: str) -> str:
+    """The fix for a file of `dataset` that is damaged or missing in the store."""
+    return f"restore it or convert the data again (dataprep verify {dataset} checks every file)"
+
+
+def download_text(files: str, manifest: dict, folder: Path) -> None:
+    """The cached caption embeddings (`text/`, listed in manifest["text"]) from the generation folder `files` into
+    `folder`, under the names the manifest lists, each checked against its sha256 before it takes that name: the
+    table (each distinct caption once) is read there by dataprep.textcache.TextTable, as from a local directory."""
+    from common.atomic import written
+    from common.paths import all_inside
+    from dataprep.remote import RemoteError, client, fetch
+
+    from .integrity import DamagedDataError
+
+    entries = manifest["text"]["files"]
+    dataset = dataset_of(files)
+    all_inside(folder, [f["path"] for f in entries], source=f"{dataset}/manifest.json")
+    s3 = None  # one client for every file
+    for entry in entries:
+        name, expected = entry["path"], entry["sha256"]
+        target = folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with written(target) as tmp:
+            try:
+                s3 = s3 or client()
+                fetch(files, name, tmp, s3)
+            except RemoteError as e:
+                missing = "not found" in str(e)  # remote.explain's words for a missing object
+                raise LoaderError(f"{e}; {restore(dataset)}" if missing else str(e)) from None
+            got = file_sha256(tmp)
+            if got != expected:
+                raise DamagedDataError(
+                    f"{files}/{name}: damaged caption embeddings: sha256 {got}, the manifest says {expected}; "
+                    f"{restore(dataset)}"
+                )
 
 
 def crash_message(error: BaseException) -> str | None:

@@ -102,6 +102,7 @@ class Captions:
         if self.empty is not None:
             self.empty = self.empty.to(device)
         self._dim = dim
+        self.empty_from_loader = False  # the data's empty caption arrives with the loader (take_empty)
 
     def _load(self, path: str):
         try:
@@ -126,9 +127,17 @@ class Captions:
                 check_encoder_identity(captions.encoder, text, str(cfg.data))
             except TextEncoderError as e:
                 raise DataError(f"--text-encoder: {e}") from None
-        if "empty_caption" in text and "://" not in str(cfg.data):  # a remote cache: the loader says it reads none
+        if "empty_caption" in text and "://" in str(cfg.data):  # the table is in the store: the loader downloads it
+            captions.empty_from_loader = True
+        elif "empty_caption" in text:
             captions.empty = TextTable(Path(cfg.data), manifest).empty().to(device)
         return captions
+
+    def take_empty(self, loader) -> None:
+        """The data's empty caption from the opened loader's table, where that table is the loader's to fetch (a
+        dataset in object storage): the same row TextTable.empty() reads from a local directory."""
+        if self.empty_from_loader:
+            self.empty = loader.text([""]).to(self.device)
 
     @property
     def dim(self) -> int | None:
@@ -136,7 +145,7 @@ class Captions:
 
     def missing(self, cfg) -> str | None:
         """What this run needs of the empty caption and cannot have, known before the first step; None when fine."""
-        if self.empty is not None:
+        if self.empty is not None or self.empty_from_loader:
             return None
         needs = [
             what

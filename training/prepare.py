@@ -80,6 +80,8 @@ def prepare(cfg: TrainConfig, loader, world: ddp.Dist, device: str, stop: StopOn
     graph = StepGraph(stateful["optimizer"], device) if way == "step-graph" else None
     ema = Ema(stateful["ema"], stateful["model"], cfg.ema, device, late=graph is not None)
     stream, backend, choice, stream_started = _open_data(cfg, loader, device, world, spec, cleanup, marks, state)
+    if captions is not None:
+        captions.take_empty(stream.loader)
     if choice is not None:  # what the run uses, where `fastest` chose it or a CPU has no page-locked copies
         train_config |= {"workers": choice.workers, "pin_memory": choice.pin_memory and device.startswith("cuda")}
     train_config["threads"] = torch.get_num_threads()

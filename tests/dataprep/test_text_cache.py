@@ -167,3 +167,84 @@ def test_text_options_need_the_encoder(tmp_path):
         r = CliRunner().invoke(cli, args)
         assert r.exit_code == 2 and f"Invalid value for {extra[0]}" in r.output and "add --text-encoder" in r.output
         assert not (tmp_path / "o").exists()
+
+
+@pytest.fixture(scope="module")
+def remote_captioned(seaweed, cifar, text_encoders) -> str:
+    """The cifar pickles with CLIP embeddings cached, as hdf5 and stream, converted straight to s3://BUCKET/text."""
+    url = f"s3://{seaweed.bucket()}/text"
+    args = ["convert", "--input", str(cifar), "--output", url, "--format", "hdf5,stream", "--quiet", "--workers", "1"]
+    flags = [a for t in TEMPLATES for a in ("--caption-template", t)]
+    r = CliRunner().invoke(cli, [*args, *flags, "--batch-size", "8", "--text-encoder", str(text_encoders["clip"])])
+    assert r.exit_code == 0, r.output
+    return url
+
+
+def test_stream_from_s3_delivers_the_cached_embeddings_read_locally(remote_captioned, tmp_path, monkeypatch):
+    """The stream loader on s3:// data with cached embeddings: every batch's text (tokens, mask, pooled) equals, element
+    by element, what the hdf5 loader delivers from the same dataset downloaded; its cache folder is gone after close."""
+    from dataprep.remote import download_dataset
+    from loaders import build_loader
+
+    monkeypatch.setenv("GPUFEED_STREAM_CACHE", str(tmp_path / "caches"))
+    local = tmp_path / "local"
+    local.mkdir()
+    download_dataset(remote_captioned, local)
+    kw = dict(batch_size=8, workers=0, shuffle=False, augment=False, drop_last=False)
+    with build_loader("hdf5", local, **kw) as loader:
+        want = list(loader)
+    with build_loader("stream", remote_captioned, **kw) as loader:
+        got, cache = list(loader), loader.cache
+    assert len(got) == len(want) == 5 and not cache.exists()
+    for g, w in zip(got, want):
+        assert torch.equal(g.y, w.y) and torch.equal(g.x, w.x)
+        for name in ("tokens", "mask", "pooled"):
+            assert torch.equal(getattr(g.text, name), getattr(w.text, name)), name
+
+
+def copy_prefix(s3, bucket: str, src: str, dst: str) -> None:
+    """Every object under `src/` copied to `dst/` inside the store."""
+    for obj in s3.list_objects_v2(Bucket=bucket, Prefix=f"{src}/")["Contents"]:
+        key = dst + obj["Key"][len(src) :]
+        s3.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": bucket, "Key": obj["Key"]})
+
+
+@pytest.mark.parametrize("fault", ["damaged", "missing"])
+def test_a_bad_text_file_in_the_store_is_named_in_one_line(remote_captioned, seaweed, tmp_path, monkeypatch, fault):
+    """A text/ file changed by one byte (or gone) in the store: the stream loader's open fails with one line naming
+    that object and `dataprep verify`, and leaves no cache folder behind."""
+    from dataprep.remote import S3Url, load_remote_manifest
+    from loaders import LoaderError, build_loader
+
+    monkeypatch.setenv("GPUFEED_STREAM_CACHE", str(tmp_path / "caches"))
+    url, s3 = S3Url.parse(remote_captioned), seaweed.client()
+    copy = f"s3://{url.bucket}/{fault}"
+    copy_prefix(s3, url.bucket, url.prefix, fault)
+    name = "text/tokens.bin" if fault == "damaged" else "text/captions.json"
+    key = f"{fault}/{load_remote_manifest(copy)['generation']}/{name}"
+    if fault == "damaged":
+        data = bytearray(s3.get_object(Bucket=url.bucket, Key=key)["Body"].read())
+        data[7] ^= 0xFF
+        s3.put_object(Bucket=url.bucket, Key=key, Body=bytes(data))
+    else:
+        s3.delete_object(Bucket=url.bucket, Key=key)
+    with pytest.raises(LoaderError) as e:
+        build_loader("stream", copy, batch_size=8, workers=0)
+    message = str(e.value)
+    assert "\n" not in message and f"s3://{url.bucket}/{key}" in message, message
+    assert f"dataprep verify {copy}" in message and ("sha256" in message) == (fault == "damaged"), message
+    assert list((tmp_path / "caches").iterdir()) == []
+
+
+def test_train_on_s3_data_with_cached_embeddings(remote_captioned, tmp_path, monkeypatch):
+    """train --data s3://... --loader stream with a text model and caption dropout: the empty caption comes from the
+    data's table in the store; the run ends with a sample grid drawn from it."""
+    from training_helpers import tiny_cfg
+
+    from training.loop import main
+
+    monkeypatch.setenv("GPUFEED_STREAM_CACHE", str(tmp_path / "caches"))
+    cfg = tiny_cfg(remote_captioned, tmp_path / "run", model="tiny_text", loader="stream", batch_size=8, steps=2)
+    cfg.sample_every, cfg.sample_steps, cfg.sample_count, cfg.ckpt_every, cfg.timing_warmup = 2, 1, 1, 0, 0
+    summary = main(cfg)
+    assert len(summary.losses) == 2 and (tmp_path / "run" / "samples" / "step0000002.png").is_file()
