@@ -72,8 +72,8 @@ def test_cached_text_run_learns_and_samples(captioned, tmp_path):
     assert saved["model_config"]["text_dim"] == load_manifest(captioned)["text"]["encoder"]["dim"]
 
 
-SLOW = pytest.mark.slow  # the VAE pass of its data takes seconds more: left to make test-slow, for CI's budget
-RUNS = [("captioned", "hdf5", "tiny_text"), ("captioned", "stream", "tiny_text")]
+SLOW = pytest.mark.slow  # seconds more than the hdf5 run (a VAE pass, stream shards): left to make test-slow, for CI
+RUNS = [("captioned", "hdf5", "tiny_text"), ("captioned", "stream", "tiny_text", SLOW)]
 RUNS += [("captioned_latents", "hdf5", "dit_tiny_text", SLOW)]
 
 

@@ -72,6 +72,7 @@ def test_a_checkpoint_without_a_checksum_resumes_and_says_so(cifar_small, run):
     assert r.output.count(NOTE) == 1 and f"resume: {run / CKPT_NAME} {NOTE}" in r.output, r.output
 
 
+@pytest.mark.slow  # ~20 s on 2 cores: make test-slow, for CI's budget
 def test_a_checkpoint_write_past_the_file_size_limit_keeps_the_previous_one(cifar_small, run):
     """A resumed run whose next checkpoint exceeds the file size limit (EFBIG, as a full disk gives ENOSPC) exits 1
     with one line naming the file, the cause and the fix; ckpt.pt still holds step 2, intact, and no temporary file

@@ -81,7 +81,7 @@ def test_online_encoder_draws_as_the_cache_stores(latent_pixels, latent_images, 
     assert abs(eps.mean()) < 0.02 and abs(eps.std() - 1) < 0.02
 
 
-@pytest.mark.parametrize("loader", ["gpu", "hdf5"])
+@pytest.mark.parametrize("loader", [pytest.param("gpu", marks=pytest.mark.slow), "hdf5"])  # one in CI, for time
 def test_resume_on_latents_is_exact(latent_images, tmp_path, loader):
     """Stopping mid-epoch and resuming reproduces the uninterrupted run's losses and weights exactly, with the
     latents' mirrored views and noise draws on (96 latents / 16 = 6 batches an epoch; the cut at 9 is mid-epoch)."""

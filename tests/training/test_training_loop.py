@@ -113,6 +113,7 @@ def test_ema_update_stays_outside_autograd(weight):
     torch.testing.assert_close(ema[0], params[0].detach() * (1 - 0.5**3))
 
 
+@pytest.mark.slow  # ~25 s on 2 cores; the GPU form runs under -m gpu
 def test_the_step_graphs_late_ema_is_every_steps_ema(cifar_small, tmp_path):
     """The step graph updates the EMA one step late, beside the next step's work (training.step_graph), and brings it
     up to date before a checkpoint. On the CPU (the same step, not captured) its weights equal the launched step's
