@@ -15,7 +15,8 @@ named instead of hanging.
 
 Knobs: workers -> LitData's DataLoader workers, each reading its own shards and kept from one epoch to the next
 (unshuffled, one reader keeps the manifest's order: LitData hands each worker a contiguous part of it);
-pin_memory -> pin_memory; prefetch -> prefetch_factor, and shards downloaded ahead per worker (at least 2);
+pin_memory -> pin_memory; prefetch -> prefetch_factor, shards downloaded ahead per worker (at least 2), and the
+batches read ahead across an epoch's end, prefetch x workers (loaders.stream_ahead);
 cache_limit -> max_cache_size."""
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class StreamLoader(Loader):
         self.shape = (*manifest["sample_shape"],)
         self.dtype = np.dtype(manifest["dtype"])
         self.cache = None
-        self._dl, self._start, self._ahead = None, 0, None
+        self._dl, self._start = None, 0
+        self._ahead: Ahead | None = None  # reads the batches, the next epoch's ahead of the training loop
         try:
             self._open()
             self._length = self._guarded(len, self._dl)  # LitData reads the index here; kept for after close()
@@ -135,7 +137,6 @@ class StreamLoader(Loader):
         use_s3_downloader(check_download, explain_download)
         self.workers = o.workers if o.shuffle else min(o.workers, 1)  # see the module docstring
         self._dl = self._loader()
-        self._ahead: Ahead | None = None  # reads the batches, an epoch's next one ahead of the training loop
 
     def _loader(self):
         """A StreamingDataLoader over the shards whose workers persist across epochs, with a torch generator of its

@@ -222,17 +222,11 @@ def test_a_shard_another_worker_is_downloading_is_waited_for(remote, tmp_path):
     from litdata.streaming.downloader import _DOWNLOADERS
 
     from common.litdata_private import use_s3_downloader
-    from dataprep.remote import download_dataset
     from loaders.stream_checks import check_download, explain_download
 
     use_s3_downloader(check_download, explain_download)
-    local = tmp_path / "copy"
-    local.mkdir()
-    download_dataset(remote, local)
-    shard = sorted((local / "stream").glob("*.bin"))[0]
-    target = tmp_path / "cache" / shard.name
-    target.parent.mkdir()
-    downloader = _DOWNLOADERS["s3://"](f"{remote}/stream", str(target.parent), [], {})
+    target = tmp_path / "chunk-0-0.bin"
+    downloader = _DOWNLOADERS["s3://"](f"{remote}/stream", str(tmp_path), [], {})
     other = FileLock(str(target) + ".lock")
     other.acquire()  # the other worker, downloading
     done = []
@@ -240,10 +234,10 @@ def test_a_shard_another_worker_is_downloading_is_waited_for(remote, tmp_path):
     thread.start()
     thread.join(0.5)
     waited = thread.is_alive()
-    target.write_bytes(shard.read_bytes())  # the other worker's download ends
+    target.write_bytes(b"the shard")  # the other worker's download ends
     other.release()
     thread.join(30)
-    assert waited and done == [None] and target.read_bytes() == shard.read_bytes()
+    assert waited and done == [None] and target.read_bytes() == b"the shard"
 
 
 def _downloader_after_worker_init(queue) -> None:

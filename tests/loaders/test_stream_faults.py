@@ -204,6 +204,7 @@ def test_cache_disk_full_fails_clearly(remote, tmp_path, monkeypatch):
         shutil.rmtree(mount, ignore_errors=True)
 
 
+@pytest.mark.slow  # the test server's own behaviour: make test-slow, for CI's budget
 def test_the_server_takes_uploads_in_many_buckets(seaweed):
     """Every bucket claims 7 volume slots at its first write; the server must not run out after a few buckets
     because the disk it runs on is nearly full (weed's default sizes the slots by free space: 39 for 10 GB)."""
@@ -214,6 +215,7 @@ def test_the_server_takes_uploads_in_many_buckets(seaweed):
         assert s3.get_object(Bucket=bucket, Key="x")["Body"].read() == b"gpufeed"
 
 
+@pytest.mark.slow  # the test server's own behaviour: make test-slow, for CI's budget
 def test_a_restarted_server_serves_its_old_objects_at_once(seaweed):
     """After a kill and restart(), the objects written before are readable on the first try: a server that answers
     while its volumes are still unknown to its master fails those reads with InternalError for seconds."""
