@@ -630,6 +630,7 @@ def test_a_programs_own_bench_training_loaders_and_dataprep_under_watch(tmp_path
     assert w["starvation"] == pytest.approx(0.5, abs=0.05)
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_a_programs_own_bench_training_loaders_and_dataprep_beside_gpufeed(tmp_path):
     """The same program run plainly with gpufeed's packages on its path (PYTHONPATH) imports its own."""
     prog = _own_program(tmp_path / "prog")

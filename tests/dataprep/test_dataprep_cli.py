@@ -109,6 +109,7 @@ def test_written_samples_are_the_synthetic_source(converted):
     assert np.array_equal(x, truth.x) and np.array_equal(y, truth.y)
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_quiet_silences_every_progress_bar(tmp_path):
     """--quiet prints only the summary line (FFCV's own writer bar included, drawn by its writer process); without it
     the bars are shown. Real processes: the bars are drawn on the stderr the tool was started with."""
@@ -138,6 +139,7 @@ def test_quiet_silences_every_progress_bar(tmp_path):
     assert shown.returncode == 0 and "convert: 100%" in shown.stderr and "ffcv: 100%" in shown.stderr
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_limit_with_more_workers_than_cores_finishes(cifar_jpg_root, tmp_path):
     """--limit stops reading mid-way: the decoding pool must close cleanly. Terminating 16 busy workers on a
     2-core machine deadlocked on the pool's result lock (the command hung after writing everything)."""

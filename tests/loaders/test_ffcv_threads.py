@@ -22,6 +22,7 @@ def torch_threads():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_more_workers_than_cores_run_at_numbas_limit(synthetic_images, capfd, torch_threads):
     """Asking for more workers than numba allows threads yields every batch at the limit and names it, instead of
     numba's "The number of threads must be between 1 and N"."""

@@ -82,6 +82,7 @@ def test_other_data_is_refused_naming_both_and_the_flag_goes_on(synthetic_images
     assert again.exit_code == 0 and "other data" not in again.output, again.output
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_a_copied_directory_is_the_same_data(synthetic_images, tmp_path):
     """The identity is the data's digest and count, not its path: a copy elsewhere resumes without a word."""
     data, out = synthetic_images(64), tmp_path / "run"
@@ -121,6 +122,7 @@ def test_another_vae_in_the_step_is_refused_also_under_the_same_name(latent_pixe
         main(dataclasses.replace(cfg, resume=True, steps=4))
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_a_checkpoint_from_before_the_record_resumes_with_a_note(synthetic_images, tmp_path, capsys):
     """A checkpoint without the data's identity (written before it was recorded) still resumes, and says it could
     not check the data."""

@@ -49,6 +49,7 @@ def test_dit_learns_on_cached_latents(latent_images, tmp_path):
     assert mc["num_classes"] == 10
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_vae_in_the_step_trains_on_latents(latent_pixels, image_vae, tmp_path):
     """train --vae on pixels: dit_tiny is built for the autoencoder's latents (4 x 16 x 16 from 32 x 32 images),
     not for the pixels, and its loss falls."""

@@ -34,6 +34,7 @@ def test_metrics_and_checkpoint_written(cifar_small, tmp_path):
     assert ckpt["step"] == 12 and ckpt["position"] == 12 and s.final_loss == s.losses[-1]
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_sampling_writes_png(cifar_small, tmp_path):
     """An EMA sample grid PNG of sample_count 32x32 RGB images appears at each sample step."""
     from PIL import Image

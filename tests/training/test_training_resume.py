@@ -62,6 +62,7 @@ def test_mismatched_checkpoint_fails(cifar_small, tmp_path):
     assert not list((tmp_path / "run").glob(".*tmp*")), "no temporary checkpoint left behind"
 
 
+@pytest.mark.slow  # make test-slow, for CI's budget
 def test_a_resumed_dali_run_says_its_order_differs(tmp_path, capsys):
     """DALI draws its own shuffle, so a resume cannot replay it: the run says so instead of implying an exact resume."""
     from dataprep.convert import ConvertConfig, convert
