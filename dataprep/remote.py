@@ -227,21 +227,27 @@ def dataset_of(files_location: str) -> str:
 
 def download_dataset(location, target: Path, progress: bool = False) -> dict:
     """Every file the manifest lists, into `target` (for verify) under the names it lists; returns the manifest."""
+    from .manifest import file_lists
+
+    manifest = load_remote_manifest(location)
+    (target / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != GENERATION}))
+    names = [f["path"] for fmt in file_lists(manifest).values() for f in fmt.get("files", [])]
+    fetch_all(files_url(location, manifest), names, target, f"{location}/{MANIFEST}", progress)
+    return manifest
+
+
+def fetch_all(files, names: list[str], target: Path, source: str, progress: bool = False) -> None:
+    """The objects `names` (as the manifest at `source` lists them) below `files` into `target` under those names,
+    over one client (a new one costs ~0.1 s)."""
     from tqdm import tqdm
 
     from common.paths import all_inside
 
-    from .manifest import file_lists
-
-    manifest = load_remote_manifest(location)
-    files = files_url(location, manifest)
-    (target / MANIFEST).write_text(json.dumps({k: v for k, v in manifest.items() if k != GENERATION}))
-    names = [f["path"] for fmt in file_lists(manifest).values() for f in fmt.get("files", [])]
-    all_inside(target, names, source=f"{location}/{MANIFEST}")
+    all_inside(target, names, source=source)
+    s3 = client()
     for name in tqdm(names, unit="file", desc="download", disable=not progress):
         (target / name).parent.mkdir(parents=True, exist_ok=True)
-        fetch(files, name, target / name)
-    return manifest
+        fetch(files, name, target / name, s3)
 
 
 def verify_remote(location, progress: bool = False) -> list[str]:

@@ -60,35 +60,24 @@ def restore(dataset: str) -> str:
 
 def download_text(files: str, manifest: dict, folder: Path) -> None:
     """The cached caption embeddings (`text/`, listed in manifest["text"]) from the generation folder `files` into
-    `folder`, under the names the manifest lists, each checked against its sha256 before it takes that name: the
-    table (each distinct caption once) is read there by dataprep.textcache.TextTable, as from a local directory."""
-    from common.atomic import written
-    from common.paths import all_inside
-    from dataprep.remote import RemoteError, client, fetch
+    the loader's own `folder`, each checked against its sha256 (a failure here fails the loader's open, which removes
+    the folder): the table is then read there by dataprep.textcache.TextTable, as from a local directory."""
+    from dataprep.remote import RemoteError, fetch_all
 
     from .integrity import DamagedDataError
 
-    entries = manifest["text"]["files"]
-    dataset = dataset_of(files)
-    all_inside(folder, [f["path"] for f in entries], source=f"{dataset}/manifest.json")
-    s3 = None  # one client for every file
+    entries, dataset = manifest["text"]["files"], dataset_of(files)
+    try:
+        fetch_all(files, [f["path"] for f in entries], folder, f"{dataset}/manifest.json")
+    except RemoteError as e:
+        missing = "not found" in str(e)  # remote.explain's words for a missing object
+        raise LoaderError(f"{e}; {restore(dataset)}" if missing else str(e)) from None
     for entry in entries:
-        name, expected = entry["path"], entry["sha256"]
-        target = folder / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with written(target) as tmp:
-            try:
-                s3 = s3 or client()
-                fetch(files, name, tmp, s3)
-            except RemoteError as e:
-                missing = "not found" in str(e)  # remote.explain's words for a missing object
-                raise LoaderError(f"{e}; {restore(dataset)}" if missing else str(e)) from None
-            got = file_sha256(tmp)
-            if got != expected:
-                raise DamagedDataError(
-                    f"{files}/{name}: damaged caption embeddings: sha256 {got}, the manifest says {expected}; "
-                    f"{restore(dataset)}"
-                )
+        if (got := file_sha256(folder / entry["path"])) != entry["sha256"]:
+            raise DamagedDataError(
+                f"{files}/{entry['path']}: damaged caption embeddings: sha256 {got}, the manifest says "
+                f"{entry['sha256']}; {restore(dataset)}"
+            )
 
 
 def crash_message(error: BaseException) -> str | None:

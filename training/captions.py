@@ -117,7 +117,7 @@ class Captions:
         text = (manifest or {}).get("text")
         if not isinstance(text, dict):
             return cls(cfg.text_encoder, device, cfg.caption_dropout)
-        from dataprep.textcache import TextTable, check_encoder_identity
+        from dataprep.textcache import check_encoder_identity
 
         captions = cls(
             cfg.text_encoder, device, cfg.caption_dropout, int(text["max_tokens"]), None, int(text["encoder"]["dim"])
@@ -127,15 +127,12 @@ class Captions:
                 check_encoder_identity(captions.encoder, text, str(cfg.data))
             except TextEncoderError as e:
                 raise DataError(f"--text-encoder: {e}") from None
-        if "empty_caption" in text and "://" in str(cfg.data):  # the table is in the store: the loader downloads it
-            captions.empty_from_loader = True
-        elif "empty_caption" in text:
-            captions.empty = TextTable(Path(cfg.data), manifest).empty().to(device)
+        # the table is the loader's to read (from the store too): the empty caption comes with it (take_empty)
+        captions.empty_from_loader = "empty_caption" in text
         return captions
 
     def take_empty(self, loader) -> None:
-        """The data's empty caption from the opened loader's table, where that table is the loader's to fetch (a
-        dataset in object storage): the same row TextTable.empty() reads from a local directory."""
+        """The data's cached empty caption from the opened loader's table (TextTable.empty()'s row)."""
         if self.empty_from_loader:
             self.empty = loader.text([""]).to(self.device)
 
