@@ -71,6 +71,7 @@ def finish_cache(cache, root: Path, workers: int, times: Timings) -> dict:
     """The manifest's "text" entry: the encoder and the table, and its files described."""
     with times.timed("text: finish"):
         files, entry = cache.finish()
+    times.add("text: encode the distinct captions", cache.seconds)
     return entry | {"files": describe_files(root, files, workers)}
 
 

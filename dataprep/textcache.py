@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,7 @@ class TextCacheWriter:
         self.rank, self.world = _dist()
         self.ids: dict[str, int] = {}
         self.pending: list[str] = []
+        self.seconds = 0.0  # encoding and gathering the distinct captions, for the conversion's timings
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
@@ -85,7 +87,7 @@ class TextCacheWriter:
 
     def _encode(self, captions: list[str]) -> None:
         """Encode up to one batch per rank (this rank's: its `rank`-th), then write every rank's in order."""
-        bs = self.batch_size
+        t0, bs = time.perf_counter(), self.batch_size
         batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
         mine = [self._encoded(b) for b in batches[self.rank :: self.world]]
         if self.world > 1:
@@ -94,6 +96,7 @@ class TextCacheWriter:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = [parts[k % self.world][k // self.world] for k in range(len(batches))]
+        self.seconds += time.perf_counter() - t0
         for rows, pooled in mine if self._tokens is not None else ():
             for row in rows:
                 self._tokens.write(row.tobytes())

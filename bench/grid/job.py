@@ -267,12 +267,13 @@ def estimate_s(jobs: list[Job]) -> float:
     total, compiled = 0.0, set()
     for j in jobs:
         n = (j.steps + j.warmup) * j.batch_size
-        model_rate = (GPU_IMG_S if j.device.startswith("cuda") else CPU_IMG_S)[j.model] * (
+        model = j.model.removesuffix("_text")  # a text form runs at about its base model's rate
+        model_rate = (GPU_IMG_S if j.device.startswith("cuda") else CPU_IMG_S)[model] * (
             COMPILED_SPEEDUP if j.compile else 1
         )
         loader_rate = LOADER_IMG_S[j.backend] * max(1, j.workers or 1) if j.backend else 1e9
         total += START_S + n / min(model_rate, loader_rate) + (TORCHRUN_S if j.nproc > 1 else 0.0)
         if j.compile:
-            total += COMPILE_S[j.model] if j.model in compiled else COLD_COMPILE_S[j.model]
+            total += COMPILE_S[model] if j.model in compiled else COLD_COMPILE_S[model]
             compiled.add(j.model)
     return total

@@ -40,8 +40,14 @@ def pin_cpus(n: int, rank: int = 0) -> list[int]:
 class ResidentLoader:
     """The data-free baseline: one batch already on the device, handed out `length` times per epoch."""
 
-    def __init__(self, batch, length: int) -> None:
-        self.batch, self.length = batch, length
+    def __init__(self, batch, length: int, empty_text=None) -> None:
+        self.batch, self.length, self.empty_text = batch, length, empty_text
+
+    def text(self, captions: list[str]):
+        """The empty caption's `text`, taken from the real loader (a text model's caption dropout needs no other)."""
+        if list(captions) != [""]:
+            raise ValueError("the data-free loader holds the empty caption's text alone")
+        return self.empty_text
 
     def __iter__(self):
         return (self.batch for _ in range(self.length))
@@ -80,7 +86,8 @@ def build(job: Job):
     with build_loader(source, job.data, workers=int(source in ("ffcv", "dali")), pin_memory=False, **opts) as real:
         first = next(iter(real))
         batch = type(first)(first.x.clone(), first.y.clone(), first.text)  # a text model's steps need the text
-    return ResidentLoader(batch, max(1, len(real))), time.perf_counter() - t0
+        empty = real.text([""]) if first.text is not None else None
+    return ResidentLoader(batch, max(1, len(real)), empty), time.perf_counter() - t0
 
 
 def consume(loader, job: Job) -> dict:

@@ -18,6 +18,7 @@ import argparse
 import random
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -31,11 +32,21 @@ WORDS = "a photo of the small large red blue green dog cat car house tree river 
 def captions(n: int, seed: int = 0) -> list[str]:
     """`n` distinct captions of 8 to 48 words: the spread of real datasets' captions (LAION's short alt-texts to
     PixArt's long synthetic ones), so valid-tokens-only storage is measured on varied lengths."""
-    rng, out = random.Random(seed), []
+    rng, out = random.Random(seed), {}
     while len(out) < n:
-        caption = " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 48)))
-        out += [caption] if caption not in out else []
-    return out
+        out.setdefault(" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 48))), None)
+    return list(out)
+
+
+def write_metadata(folder: Path) -> int:
+    """Caption every image below `folder` (sorted paths) with its own distinct caption, in Hugging Face imagefolder's
+    `metadata.jsonl`, so a conversion has as many distinct captions as images, as real captioned datasets do."""
+    import json
+
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix.lower() in {".jpg", ".png"})
+    lines = [json.dumps({"file_name": f, "text": c}) for f, c in zip(files, captions(len(files)))]
+    (folder / "metadata.jsonl").write_text("\n".join(lines) + "\n")
+    return len(files)
 
 
 class Feed:
@@ -138,6 +149,36 @@ def rate(args, folder: Path, pool: list[str], table, out: Path) -> float:
     return main(cfg, Feed(pool, table, args.batch_size, args.warmup + args.steps, args.device)).samples_per_s
 
 
+def encoder_rates(folder: Path, n: int, batch: int, device: str) -> dict:
+    """Distinct captions/s of the encoder alone (as `convert --text-encoder` loads it: bf16 on a GPU, one batch of
+    captions per call, tokenizing included, results left on the device) and of the conversion's caption writer over
+    the same captions (the encoder, the copy of valid tokens to the host, the files written)."""
+    from dataprep.textcache import TextCacheWriter
+    from dataprep.textenc import load_text_encoder
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    encoder = load_text_encoder(folder, device, torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    pool = captions(n + batch)
+    warm, pool = pool[:batch], pool[batch:]
+    encoder.encode(warm)
+    sync()
+    t0 = time.perf_counter()
+    for k in range(0, n, batch):
+        encoder.encode(pool[k : k + batch])
+    sync()
+    alone = n / (time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="text-writer-") as tmp:
+        writer = TextCacheWriter(Path(tmp), encoder, "bf16", batch)
+        t0 = time.perf_counter()
+        writer.add(pool)
+        writer.finish()
+        written = n / (time.perf_counter() - t0)
+    return {"captions": n, "batch_size": batch, "encoder_alone_per_s": alone, "writer_per_s": written}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--encoders", default="clip=clip-l,t5=t5-xl", help="kind=SIZE or kind=FOLDER, comma-separated")
@@ -148,8 +189,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--captions", type=int, default=512, help="distinct captions drawn from")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--compile", action="store_true")
-    p.add_argument("--out", type=Path, required=True, help="the JSON record")
+    p.add_argument("--out", type=Path, help="the JSON record")
+    p.add_argument("--caption-folder", type=Path, help="only write a distinct caption per image of this folder")
+    p.add_argument("--encoder-rate", action="store_true", help="only time the encoders alone and the cache writer")
     args = p.parse_args(argv)
+    if args.caption_folder is not None:
+        print(f"{write_metadata(args.caption_folder):,} captions in {args.caption_folder}/metadata.jsonl")
+        return 0
+    if args.encoder_rate:
+        with tempfile.TemporaryDirectory(prefix="text-rate-") as tmp:
+            rows = []
+            for spec in args.encoders.split(","):
+                name, folder = encoder_folder(spec, Path(tmp))
+                rows.append({"encoder": name} | encoder_rates(folder, args.captions, args.batch_size, args.device))
+                print(rows[-1], file=sys.stderr)
+        write_json(args.out, {"run": run_record(args.device), "rows": rows})
+        return 0
+    if args.out is None:
+        p.error("--out is required")
     pool, rows = captions(args.captions), []
     with tempfile.TemporaryDirectory(prefix="text-cache-study-") as tmp:
         work = Path(tmp)

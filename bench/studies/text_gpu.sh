@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Finding 9 of docs/BENCHMARKS.md on one GPU (study, rate, prep, grid) and on four (convert4): what caching caption
+# embeddings buys, and whether every loader keeps a text-conditioned DiT fed from them.
+#
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh study   # text_cache: cached vs online, CLIP-L- and T5-XL-sized
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh rate    # the encoders alone vs the conversion's caption writer
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, then every backend on cached latents + text at 2 cores
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh convert4  # convert --vae / --text-encoder on 1 GPU, then 4
+#
+# Needs what the GPU image lacks: the text stack (transformers, tokenizers, open_clip's vocabulary, diffusers) as
+# .whl/text/site.tar.xz, made here by bench/studies/text_carry.sh; ffcv staged as ../shared/device/README.md says
+# (NO_DALI=1: the formats but DALI's), sourced before this script. Data: .devdata/img/cifar10k.tar.gz, the first
+# 10,000 CIFAR-10 train JPEGs (airplane and automobile), each captioned with its own distinct caption
+# (text_cache --caption-folder). Encoders and the autoencoder are built from config (random weights).
+# Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-text), archived to $OUT/<step>.tgz after each step.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+R=${GPUFEED_RESULTS:-/tmp/gpufeed-text}
+D=${GPUFEED_DATA:-/tmp/gpufeed-text-data}
+: "${GPUFEED_COMMIT:?set GPUFEED_COMMIT to the commit copied (the copy has no .git)}"
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
+[ -d /tmp/textsite ] || { mkdir -p /tmp/textsite && tar xJf .whl/text/site.tar.xz -C /tmp/textsite; }
+export PYTHONPATH=$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/textsite
+mkdir -p "$OUT" "$R" "$D"
+archive() { tar czf "$OUT/$1.tgz" -C "$R" "$1" 2>/dev/null || true; }
+timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE
+  local t0; t0=$(date +%s%N); "${@:2}"; echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$1"
+}
+
+encoders() {
+  for e in clip:clip-l t5:t5-xl; do
+    [ -d "$D/enc/${e#*:}" ] || python3 -m dataprep make-text-encoder "${e%%:*}" "$D/enc/${e#*:}" --size "${e#*:}"
+  done
+}
+
+images() {  # the 10,000 captioned JPEGs, the 256 px SD-shaped autoencoder
+  [ -f "$D/img/metadata.jsonl" ] && return
+  mkdir -p "$D/img" && tar xzf .devdata/img/cifar10k.tar.gz -C "$D/img"
+  python3 -m bench.studies.text_cache --caption-folder "$D/img/train"
+  [ -d "$D/vaes/sd" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
+}
+
+CONVERT=(python3 -m dataprep convert --input "$D/img/train" --size 256 --quiet --timings --overwrite)
+for step in "$@"; do
+  echo "== $step"
+  mkdir -p "$R/$step"
+  (nvidia-smi --query-gpu=name,uuid --format=csv || true) >"$R/$step/nvidia-smi.txt"
+  case $step in
+    study)
+      encoders
+      for e in clip=$D/enc/clip-l t5=$D/enc/t5-xl; do
+        python3 -m bench.studies.text_cache --device cuda --compile --steps 200 --warmup 50 --encoders "$e" \
+          --out "$R/study/text_cache_${e%%=*}.json" 2>&1 | tail -3
+        archive study
+      done ;;
+    rate)
+      encoders
+      python3 -m bench.studies.text_cache --encoder-rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" \
+        --captions 20000 --batch-size 64 --device cuda --out "$R/rate/encoder_rates.json" ;;
+    grid)
+      encoders; images
+      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --format hdf5,ffcv,files,stream --vae "$D/vaes/sd" \
+        --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
+      cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
+      python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
+        --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps 60 --timing-warmup 15 \
+        --repeats "${REPEATS:-3}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
+    convert4)
+      encoders; images
+      n=$(nvidia-smi -L | wc -l)
+      for g in 1 "$n"; do
+        run=(torchrun --standalone --nproc_per_node "$g" -m dataprep convert --input "$D/img/train" --quiet --timings
+             --overwrite --format hdf5)
+        timed "$R/convert4/vae_gpus$g.ms" "${run[@]}" --size 256 --vae "$D/vaes/sd" \
+          --batch-size 64 --output "$D/vae$g" >"$R/convert4/vae_gpus$g.txt" 2>&1
+        cp "$D/vae$g/manifest.json" "$R/convert4/vae_gpus$g.manifest.json"
+        timed "$R/convert4/t5_gpus$g.ms" "${run[@]}" --text-encoder "$D/enc/t5-xl" \
+          --batch-size 64 --output "$D/t5_$g" >"$R/convert4/t5_gpus$g.txt" 2>&1
+        cp "$D/t5_$g/manifest.json" "$R/convert4/t5_gpus$g.manifest.json"
+        archive convert4
+      done ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+  archive "$step"
+done
+echo "text_gpu: done"
