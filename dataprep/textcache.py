@@ -42,11 +42,11 @@ def _torch_dtype(name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def _bits(x, dtype: str) -> np.ndarray:
-    """A tensor's values in `dtype` as little-endian 16-bit patterns, on the host."""
+def _bits(x, dtype: str):
+    """A tensor's values in `dtype` as 16-bit patterns, where it is."""
     import torch
 
-    return x.detach().to(_torch_dtype(dtype)).view(torch.int16).cpu().numpy().astype("<i2", copy=False)
+    return x.detach().to(_torch_dtype(dtype)).view(torch.int16)
 
 
 class TextCacheWriter:
@@ -62,6 +62,7 @@ class TextCacheWriter:
         self.ids: dict[str, int] = {}
         self.pending: list[str] = []
         self.seconds = 0.0  # encoding and gathering the distinct captions, for the conversion's timings
+        self._inflight: tuple[int, list] | None = None  # the last turn's batches, on their way to the host
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
@@ -86,28 +87,54 @@ class TextCacheWriter:
             del self.pending[:turn]
 
     def _encode(self, captions: list[str]) -> None:
-        """Encode up to one batch per rank (this rank's: its `rank`-th), then write every rank's in order."""
+        """Start encoding up to one batch per rank (this rank's: its `rank`-th), then write every rank's batches of
+        the turn before, copied to the host while this turn's run on the GPU (a copy waited for at once would leave
+        the GPU idle while the next batch is tokenized)."""
         t0, bs = time.perf_counter(), self.batch_size
         batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
-        mine = [self._encoded(b) for b in batches[self.rank :: self.world]]
+        started = (len(batches), [self._start(b) for b in batches[self.rank :: self.world]])
+        self._write(self._inflight)
+        self._inflight = started
+        self.seconds += time.perf_counter() - t0
+
+    def _write(self, turn: tuple[int, list] | None) -> None:
+        if turn is None:
+            return
+        count, mine = turn[0], [self._collect(started) for started in turn[1]]
         if self.world > 1:
             import torch
 
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
-            mine = [parts[k % self.world][k // self.world] for k in range(len(batches))]
-        self.seconds += time.perf_counter() - t0
+            mine = [parts[k % self.world][k // self.world] for k in range(count)]
         for rows, pooled in mine if self._tokens is not None else ():
             for row in rows:
                 self._tokens.write(row.tobytes())
                 self.offsets.append(self.offsets[-1] + len(row))
             self._pooled.write(pooled.tobytes())
 
-    def _encoded(self, captions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
-        """(each caption's valid token rows, the pooled vectors) as stored: 16-bit patterns on the host."""
+    def _start(self, captions: list[str]) -> tuple:
+        """The batch encoded and its copy to the host queued: (tokens, lengths, pooled, the copy's event or None)."""
+        import torch
+
         emb = self.encoder.encode(captions)
-        tokens, lengths = _bits(emb.tokens, self.dtype), emb.mask.sum(1).tolist()
-        return [row[:n] for row, n in zip(tokens, lengths)], _bits(emb.pooled, self.dtype)  # a mask is a prefix
+        # as stored: 16-bit patterns; to the host without waiting (into pinned memory), a mask being a prefix
+        parts = [_bits(emb.tokens, self.dtype), emb.mask.sum(1), _bits(emb.pooled, self.dtype)]
+        if emb.tokens.is_cuda:
+            parts = [t.to("cpu", non_blocking=True) for t in parts]
+            event = torch.cuda.Event()
+            event.record()
+            return (*parts, event)
+        return (*parts, None)
+
+    @staticmethod
+    def _collect(started: tuple) -> tuple[list[np.ndarray], np.ndarray]:
+        """(each caption's valid token rows, the pooled vectors) on the host, once the copy is done."""
+        tokens, lengths, pooled, event = started
+        if event is not None:
+            event.synchronize()
+        tokens, pooled = tokens.numpy().astype("<i2", copy=False), pooled.numpy().astype("<i2", copy=False)
+        return [row[:n] for row, n in zip(tokens, lengths.tolist())], pooled
 
     def finish(self) -> tuple[list[Path], dict]:
         """Flush and close; (the files written, relative to the output; the manifest's "text" entry but its files)."""
@@ -115,6 +142,8 @@ class TextCacheWriter:
         if self.pending:
             self._encode(self.pending)
             self.pending = []
+        self._write(self._inflight)
+        self._inflight = None
         self.abort()
         if self.root is None:
             return [], {}

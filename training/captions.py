@@ -14,8 +14,9 @@ from dataprep.textenc import TextEmbeddings, TextEncoderError, load_text_encoder
 
 from .data import DataError
 
-# captions are padded per batch; rounded up to a multiple of this, a compiled model (torch.compile, CUDA graphs) sees
-# a few caption lengths (8 up to CLIP's 77), not one per batch, and the attention's cost grows by less than one block
+# captions are padded per batch, rounded up to a multiple of this: the attention's cost grows by less than one block.
+# A compiled model takes every batch at the encoder's limit so rounded (CLIP's 77 -> 80): each new length would
+# recompile it mid-run (tens of seconds, the GPU idle, and no input wait to show it)
 PAD_TO = 16
 
 
@@ -103,6 +104,15 @@ class Captions:
             self.empty = self.empty.to(device)
         self._dim = dim
         self.empty_from_loader = False  # the data's empty caption arrives with the loader (take_empty)
+        self.fixed_length: int | None = None  # one caption length for every batch (a compiled model): fix_length()
+
+    def fix_length(self) -> None:
+        """Pad every batch's captions to the encoder's limit (rounded up to PAD_TO), so a compiled model sees one
+        caption length."""
+        limit = self.encoder.max_tokens if self.encoder is not None else self.max_tokens
+        if limit is None:
+            raise DataError("a compiled text model needs the captions' token limit: convert the data again")
+        self.fixed_length = -(-limit // PAD_TO) * PAD_TO
 
     def _load(self, path: str):
         try:
@@ -172,10 +182,10 @@ class Captions:
         return text.to(self.device)
 
     def __call__(self, text) -> TextEmbeddings:
-        """The step's caption embeddings: embedded, padded to a multiple of PAD_TO tokens, then `dropout` of them the
-        empty caption."""
+        """The step's caption embeddings: embedded, padded to a multiple of PAD_TO tokens (or the fixed length), then
+        `dropout` of them the empty caption."""
         text = self.embed(text)
-        text = _longer(text, -(-text.tokens.shape[1] // PAD_TO) * PAD_TO)
+        text = _longer(text, self.fixed_length or -(-text.tokens.shape[1] // PAD_TO) * PAD_TO)
         if self.dropout > 0 and self.empty is None:
             raise DataError(
                 "caption dropout needs the empty caption's embedding, which this data does not hold: pass "

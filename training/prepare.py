@@ -146,6 +146,8 @@ def _captions(cfg: TrainConfig, spec: DataSpec, device: str):
     problem = captions.missing(cfg)
     if problem:
         raise DataError(problem)
+    if cfg.compile:
+        captions.fix_length()
     return captions
 
 

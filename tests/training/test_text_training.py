@@ -10,7 +10,7 @@ from training_helpers import tiny_cfg
 
 from dataprep.textenc import load_text_encoder, pad
 from loaders.base import Batch
-from training.captions import Guided, drop_captions, repeat
+from training.captions import PAD_TO, Captions, Guided, drop_captions, repeat
 from training.data import DataError
 from training.loop import main
 
@@ -107,6 +107,19 @@ def test_caption_dropout_rate():
     assert abs(dropped.float().mean().item() - rate) < 4 * (rate * (1 - rate) / n) ** 0.5
     assert (out.tokens[dropped, :2] == -1).all() and not out.mask[dropped, 2].any()
     assert (out.tokens[~dropped] == 1).all() and out.mask[~dropped].all()
+
+
+def test_compiled_model_sees_one_caption_length(text_encoders):
+    """With fix_length (a compiled run), captions of any length reach the step at the encoder's limit rounded up to
+    PAD_TO, the padding masked; without it, at their batch's longest rounded up."""
+    captions = Captions(str(text_encoders["clip"]), "cpu", 0.0)
+    short, long = ["a cat"], [" ".join(["a big red cat"] * 12)]
+    assert captions(short).tokens.shape[1] == PAD_TO
+    captions.fix_length()
+    limit = captions.encoder.max_tokens
+    lengths = {captions(c).tokens.shape[1] for c in (short, long)}
+    assert lengths == {-(-limit // PAD_TO) * PAD_TO} and limit > PAD_TO
+    assert captions(short).mask.sum().item() == captions.encoder.encode(short).mask.sum().item()
 
 
 def test_guidance_mixes_the_two_branches(text_encoders):
