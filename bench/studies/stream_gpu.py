@@ -145,27 +145,23 @@ def cell(job: dict) -> dict:
 
 
 def run_model(loader, job: dict, steps: int) -> dict:
-    from training.config import TrainConfig
+    from training.config import measuring_run
     from training.loop import main
     from training.starvation import latest_timer
 
     with tempfile.TemporaryDirectory() as run:
-        cfg = TrainConfig(
+        cfg = measuring_run(
+            run,
+            steps,
             data=job["url"],
             loader="stream",
             model=job["model"],
             batch_size=job["batch_size"],
-            steps=steps,
             precision=job["precision"],
             device=job["device"],
             compile=job["compile"],
             grad_sync=job["grad_sync"],
             timing_warmup=1,
-            ckpt_every=0,
-            sample_every=0,
-            log_every=steps,
-            progress=False,
-            out=Path(run),
         )
         summary = main(cfg, loader=loader)
     return {"timer": latest_timer(), "samples_per_s_total": summary.samples_per_s}
