@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from common.cli import data_location, renamed, take_renamed
+from common.cli import data_location, device_option, renamed, take_renamed
 from common.text import printable
 from training.config import PRECISIONS
 
@@ -158,7 +158,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
     default=1,
     help="Ranks training will run: their results win, else one process's.",
 )
-@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
+@device_option
 @click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[default: bf16; fp32 on a CPU].")
 @click.option("--compile/--no-compile", default=False)
 @click.option(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from common.cli import apply_options, check_vae_option, renamed, take_renamed
+from common.cli import apply_options, check_vae_option, device_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
 from training.config import GRAD_SYNC_WAYS, PRECISIONS
@@ -67,7 +67,7 @@ OPTIONS = (
         help="Steps run first and left out of every figure (start-up, compilation) [default: 20; 2 on CPU].",
     ),
     renamed("--warmup"),
-    click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present]."),
+    device_option,
     click.option(
         "--cpus",
         type=click.IntRange(min=1),
