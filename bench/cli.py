@@ -9,10 +9,9 @@ import click
 
 from common.cli import data_location, device_option, renamed, take_renamed
 from common.text import printable
-from training.config import PRECISIONS
 
 from .cli_checks import answer, check_cpus, pick_device
-from .cli_loaders import grid_config, loaders_options
+from .cli_loaders import grid_config, loaders_options, precision_option
 from .grid.job import MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
@@ -159,7 +158,7 @@ def watch(command, out, cpus, as_json, **options) -> None:
     help="Ranks training will run: their results win, else one process's.",
 )
 @device_option
-@click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[default: bf16; fp32 on a CPU].")
+@precision_option
 @click.option("--compile/--no-compile", default=False)
 @click.option(
     "--results",
