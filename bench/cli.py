@@ -7,12 +7,11 @@ from pathlib import Path
 
 import click
 
-from common.cli import data_location, renamed, take_renamed
+from common.cli import data_location, device_option, renamed, take_renamed
 from common.text import printable
-from training.config import PRECISIONS
 
 from .cli_checks import answer, check_cpus, pick_device
-from .cli_loaders import grid_config, loaders_options
+from .cli_loaders import grid_config, loaders_options, precision_option
 from .grid.job import MODEL_CHOICES
 from .soak.command import soak_cmd  # light: click and psutil; matplotlib only when plotting
 
@@ -158,8 +157,8 @@ def watch(command, out, cpus, as_json, **options) -> None:
     default=1,
     help="Ranks training will run: their results win, else one process's.",
 )
-@click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
-@click.option("--precision", type=click.Choice(PRECISIONS), default=None, help="[default: bf16; fp32 on a CPU].")
+@device_option
+@precision_option
 @click.option("--compile/--no-compile", default=False)
 @click.option(
     "--results",

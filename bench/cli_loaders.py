@@ -4,12 +4,13 @@ starts. The command itself, with --data and --json, is in bench/cli.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from common.cli import apply_options, check_vae_option, renamed, take_renamed
+from common.cli import apply_options, check_vae_option, device_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
 from training.config import GRAD_SYNC_WAYS, PRECISIONS
@@ -31,6 +32,21 @@ from .grid.job import BACKEND_NAMES, MODEL_CHOICES
 
 if TYPE_CHECKING:
     from .grid.runner import GridConfig
+
+
+# --precision of bench loaders and bench fastest: unset, what train takes on the device
+precision_option = click.option(
+    "--precision",
+    type=click.Choice(PRECISIONS),
+    default=None,
+    help="[default: bf16; fp32 on a CPU, as train takes there].",
+)
+
+
+def _count(flag: str, *names: str, help: str, least: int = 1) -> Callable:
+    """A whole-number option of at least `least`; None where not given (grid_config then takes the host's value)."""
+    return click.option(flag, *names, type=click.IntRange(min=least), default=None, help=help)
+
 
 OPTIONS = (
     click.option(
@@ -58,22 +74,16 @@ OPTIONS = (
         help="The preset in the real training loop; auto: the data's preset on a GPU (ddpm_cifar10 for images, "
         "ddpm_audio_mel for audio), tiny on CPU; none: the loader alone, its ceiling against that preset's appetite.",
     ),
-    click.option("--steps", type=click.IntRange(min=2), default=None, help="Measured steps [default: 200; 10 on CPU]."),
-    click.option(
+    _count("--steps", help="Measured steps [default: 200; 10 on CPU].", least=2),
+    _count(
         "--timing-warmup",
         "warmup",
-        type=click.IntRange(min=0),
-        default=None,
         help="Steps run first and left out of every figure (start-up, compilation) [default: 20; 2 on CPU].",
+        least=0,
     ),
     renamed("--warmup"),
-    click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present]."),
-    click.option(
-        "--cpus",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Pin each run (each rank) to N cores of its own [default: all, shared].",
-    ),
+    device_option,
+    _count("--cpus", help="Pin each run (each rank) to N cores of its own [default: all, shared]."),
     click.option(
         "--nproc",
         "nprocs",
@@ -81,24 +91,14 @@ OPTIONS = (
         help="Comma list of rank counts: each run under torchrun with N "
         "data-parallel ranks, one GPU each; several give a scaling table and plot.",
     ),
-    click.option(
-        "--global-batch",
-        type=click.IntRange(min=1),
-        default=None,
-        help="Strong scaling: GLOBAL // N per rank at each --nproc N, instead of --batch-size.",
-    ),
+    _count("--global-batch", help="Strong scaling: GLOBAL // N per rank at each --nproc N, instead of --batch-size."),
     click.option(
         "--compile/--no-compile",
         default=False,
         help="torch.compile the model (the first configuration saves its kernels to the compile cache, the rest load "
         "them).",
     ),
-    click.option(
-        "--precision",
-        type=click.Choice(PRECISIONS),
-        default=None,
-        help="[default: bf16; fp32 on a CPU, as train takes there].",
-    ),
+    precision_option,
     click.option(
         "--vae",
         default=None,

@@ -55,6 +55,10 @@ def check_vae_option(vae: str | None) -> None:
             raise click.BadParameter(str(e).removeprefix("--vae "), param_hint="--vae") from None
 
 
+# --device of every command that trains or measures training (train, bench loaders, bench fastest)
+device_option = click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present].")
+
+
 def check_device_name(device: str | None) -> None:
     """--device of any tool, before torch is imported: cuda, cuda:N or cpu."""
     if device is not None and device.split(":")[0] not in ("cuda", "cpu"):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -131,7 +131,7 @@ class NotRegularError(ValueError):
     the path (for errors that name the file their own way)."""
 
     def __init__(self, path: Path | str, mode: int, what: str) -> None:
-        self.path, self.problem = path, f"is {_kind(mode)}, not a regular {what}"
+        self.path, self.problem = path, f"is {file_kind(mode)}, not a regular {what}"
         super().__init__(f"{path}: {self.problem}; replace it with the real file")
 
 
@@ -160,12 +160,17 @@ def open_regular(path: Path | str, mode: str = "rb", what: str = "file"):
         raise
 
 
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+# a file's type, where not a regular file, in words (a link's only where its mode was read without following it)
+FILE_KINDS = {
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def file_kind(mode: int, words: Mapping[int, str] = FILE_KINDS) -> str:
+    """What a file of `mode` is, in `words` ("not a regular file" for a type they do not name)."""
+    return words.get(stat.S_IFMT(mode), "not a regular file")

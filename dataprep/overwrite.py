@@ -126,11 +126,15 @@ def check_replaceable(out: str, overwrite: bool) -> None:
         raise OutputError(f"{shown}: already exists and is not empty; pass --overwrite to replace it")
     why = not_ours(out)
     if why is not None:
-        raise OutputError(
-            f"{shown}: not replaced: {printable(why)}, so dataprep did not write it (--overwrite replaces only a "
-            "directory that `dataprep convert` wrote, nothing else). Choose another --output, or move or remove it "
-            "yourself if you mean to"
-        )
+        rule = "--overwrite replaces only a directory that `dataprep convert` wrote"
+        fix = "Choose another --output, or move or remove it yourself"
+        raise OutputError(not_written(f"{shown}: not replaced", why, "dataprep", rule, fix))
+
+
+def not_written(shown: str, why: str, tool: str, rule: str, fix: str) -> str:
+    """The refusal of a folder that `tool` did not write, in one line: what in it says so (`why`), the rule the tool
+    keeps and the fix."""
+    return f"{shown}: {printable(why)}, so {tool} did not write it ({rule}, nothing else). {fix} if you mean to"
 
 
 def still_replaceable(out: str, overwrite: bool) -> str | None:

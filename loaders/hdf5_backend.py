@@ -17,7 +17,7 @@ import torch
 from common.torch_private import shutdown_workers
 
 from .base import Batch, Loader, shard_indices
-from .workers import start_worker, worker_errors
+from .workers import dataloader_workers, start_worker, worker_errors
 
 
 class BatchReader(torch.utils.data.Dataset):
@@ -74,12 +74,8 @@ class Hdf5Loader(Loader):
                 self.reader,
                 batch_size=None,
                 sampler=_Proxy(self),
-                num_workers=o.workers,
-                pin_memory=self.pin,
-                prefetch_factor=o.prefetch if o.workers else None,
-                persistent_workers=o.workers > 0,
-                multiprocessing_context=o.mp_context if o.workers else None,
                 worker_init_fn=start_worker,
+                **dataloader_workers(o.workers, self.pin, o, persistent=True),
             )
         self._sampler = self._batches()
         with worker_errors("hdf5", self.data_dir):

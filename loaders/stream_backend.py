@@ -48,7 +48,7 @@ from .stream_checks import (
     stalled,
     stream_worker_init,
 )
-from .workers import worker_errors
+from .workers import dataloader_workers, worker_errors
 
 # LitData's own S3 client retries 1000 times (adaptive backoff, up to 20 s a wait): against a server that is gone, a
 # download never ends. This many attempts (boto3's standard mode: exponential backoff with jitter, at most 20 s a
@@ -170,16 +170,12 @@ class StreamLoader(Loader):
         return StreamingDataLoader(
             dataset,
             batch_size=o.batch_size,
-            num_workers=self.workers,
             collate_fn=collate,
-            pin_memory=self.pin,
             drop_last=o.drop_last,
-            prefetch_factor=o.prefetch if self.workers else None,
-            # an epoch start waited ~0.1-0.3 s for new workers (each a fork of the training process, stopping it) and
-            # their first shards; LitData's workers move on to the next epoch themselves when one ends
-            persistent_workers=self.workers > 0,
-            multiprocessing_context=o.mp_context if self.workers else None,
             worker_init_fn=stream_worker_init,
+            # persistent: an epoch start waited ~0.1-0.3 s for new workers (each a fork of the training process,
+            # stopping it) and their first shards; LitData's workers move on to the next epoch themselves when one ends
+            **dataloader_workers(self.workers, self.pin, o, persistent=True),
             timeout=STALL_S if self.workers else 0,
             generator=torch.Generator(),
         )

@@ -18,7 +18,7 @@ from dataprep.formats.base import DatasetMeta, has_captions
 from dataprep.formats.files import caption_column, check_sample
 
 from .base import Batch, Loader, shard_indices
-from .workers import start_worker, worker_errors
+from .workers import dataloader_workers, start_worker, worker_errors
 
 
 class FilesDataset(torch.utils.data.Dataset):
@@ -110,12 +110,9 @@ class TorchFilesLoader(Loader):
             self.dataset,
             batch_size=o.batch_size,
             sampler=indices,
-            num_workers=o.workers,
-            pin_memory=self.pin,
             drop_last=o.drop_last,
-            prefetch_factor=o.prefetch if o.workers else None,
-            multiprocessing_context=o.mp_context if o.workers else None,
             worker_init_fn=start_worker,
+            **dataloader_workers(o.workers, self.pin, o, persistent=False),
         )
         with worker_errors("torch", self.data_dir):
             for i, (x, y) in enumerate(loader):

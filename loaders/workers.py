@@ -9,6 +9,10 @@ import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .base import LoaderOptions
 
 # loading is CPU work or waits on storage: past this many workers a core, more of them only queue for the CPU
 PER_CORE = 8
@@ -67,6 +71,19 @@ def set_training_threads(workers: int, ranks: int = 1, processes: bool = True) -
     torch.set_num_threads(n)
     each = ", 1 in each loader worker" if processes and workers else ""
     return f"threads: {n} for training ({why}){each}"
+
+
+def dataloader_workers(workers: int, pin: bool, opts: LoaderOptions, persistent: bool) -> dict:
+    """A DataLoader's keyword arguments for its `workers` processes and for pinning: `opts.prefetch` batches ahead a
+    worker and `opts.mp_context`'s start method only where there are workers (DataLoader refuses them without), the
+    workers kept from one epoch to the next where `persistent`."""
+    return dict(
+        num_workers=workers,
+        pin_memory=pin,
+        prefetch_factor=opts.prefetch if workers else None,
+        persistent_workers=persistent and workers > 0,
+        multiprocessing_context=opts.mp_context if workers else None,
+    )
 
 
 def start_worker(worker_id: int) -> None:

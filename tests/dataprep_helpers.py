@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import pickle
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,12 @@ from dataprep.manifest import load_manifest
 from dataprep.sources.files import mixed
 
 FORMATS = ["files", "hdf5", "ffcv", "dali"]
+
+
+def dataprep_command(command: str, **options) -> list[str]:
+    """`python -m dataprep COMMAND` with `options` as its flags (input="x": --input x; quiet=True: --quiet)."""
+    flags = [[f"--{k.replace('_', '-')}"] + ([] if v is True else [str(v)]) for k, v in options.items()]
+    return [sys.executable, "-m", "dataprep", command, *(part for flag in flags for part in flag)]
 
 
 def read_all(data_dir: Path, fmt: str):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from common.cli import apply_options, data_location, renamed
+from common.cli import apply_options, data_location, device_option, renamed
 
 from .config import GRAD_SYNCS, LOADER_NAMES, MODEL_NAMES, PRECISIONS, TrainConfig
 from .cpu_defaults import CPU_MODELS, CpuDefaults
@@ -20,9 +20,13 @@ def _d(name: str):
     return _defaults[name].default
 
 
-def _cpu_option(flag: str, key: str, cpu_value, **kwargs) -> Callable:
-    """Option `flag` for TrainConfig's `key`, whose default a CPU replaces with `cpu_value`: --help shows both."""
-    return click.option(flag, key, default=_d(key), show_default=f"{_d(key)}; {cpu_value} on a CPU", **kwargs)
+def _field(flag: str, key: str | None = None, *, cpu: object = None, **kwargs) -> Callable:
+    """Option `flag` for TrainConfig's field `key` (the flag's own name where not given: --grad-sync: grad_sync), with
+    the field's default; where a CPU takes another (`cpu`), --help shows both."""
+    key = key or flag.split("/")[0].removeprefix("--").replace("-", "_")
+    if cpu is not None:
+        kwargs["show_default"] = f"{_d(key)}; {cpu} on a CPU"
+    return click.option(flag, key, default=_d(key), **kwargs)
 
 
 def cache_size(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
@@ -45,10 +49,9 @@ OPTIONS = (
         help="A directory written by `dataprep convert`, or s3://BUCKET/PREFIX (the stream loader; AWS_ENDPOINT_URL, "
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY reach the store).",
     ),
-    click.option(
+    _field(
         "--loader",
         type=click.Choice(LOADER_NAMES),
-        default=_d("loader"),
         help="Loader backend; 'fastest' lets bench pick the best for this machine.",
     ),
     click.option(
@@ -69,10 +72,9 @@ OPTIONS = (
         help="Text models: a text encoder folder (`dataprep make-text-encoder`, save_pretrained) that encodes raw "
         "captions in the step (the baseline cached embeddings replace), the empty caption and the --sample-prompts.",
     ),
-    click.option(
+    _field(
         "--caption-dropout",
         type=click.FloatRange(0, 1, max_open=True),
-        default=_d("caption_dropout"),
         show_default=True,
         help="Text models: share of captions trained as the empty caption (classifier-free guidance).",
     ),
@@ -81,22 +83,22 @@ OPTIONS = (
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         help="Text models: sample grids from these prompts (one a line), guided by --guidance-scale.",
     ),
-    click.option("--guidance-scale", type=float, default=_d("guidance_scale"), show_default=True),
-    _cpu_option("--batch-size", "batch_size", CpuDefaults.batch_size, type=click.IntRange(min=1), help="Per rank."),
-    click.option("--steps", type=click.IntRange(min=1), default=_d("steps"), help="Total steps, across resumes."),
-    click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=_d("lr")),
-    _cpu_option(
+    _field("--guidance-scale", type=float, show_default=True),
+    _field("--batch-size", cpu=CpuDefaults.batch_size, type=click.IntRange(min=1), help="Per rank."),
+    _field("--steps", type=click.IntRange(min=1), help="Total steps, across resumes."),
+    _field("--lr", type=click.FloatRange(min=0, min_open=True)),
+    _field(
         "--lr-warmup",
         "warmup",
-        f"{CpuDefaults.lr_warmup_share:.0%} of --steps",
+        cpu=f"{CpuDefaults.lr_warmup_share:.0%} of --steps",
         type=click.IntRange(min=0),
         help="Steps of linear learning-rate warm-up (steps left out of the timing: --timing-warmup).",
     ),
     renamed("--warmup"),
-    click.option("--grad-clip", type=click.FloatRange(min=0), default=_d("grad_clip"), help="0 disables."),
-    click.option("--ema", type=click.FloatRange(0, 1, max_open=True), default=_d("ema"), help="EMA decay."),
-    _cpu_option("--precision", "precision", CpuDefaults.precision, type=click.Choice(PRECISIONS)),
-    click.option("--compile/--no-compile", default=_d("compile"), help="torch.compile the UNet, with CUDA graphs."),
+    _field("--grad-clip", type=click.FloatRange(min=0), help="0 disables."),
+    _field("--ema", type=click.FloatRange(0, 1, max_open=True), help="EMA decay."),
+    _field("--precision", cpu=CpuDefaults.precision, type=click.Choice(PRECISIONS)),
+    _field("--compile/--no-compile", help="torch.compile the UNet, with CUDA graphs."),
     click.option(
         "--compile-cache",
         type=click.Path(file_okay=False, path_type=Path),
@@ -107,28 +109,25 @@ OPTIONS = (
         "~/.cache/gpufeed/compile].",
     ),
     click.option("--no-compile-cache", is_flag=True, help="Neither read nor write the compile cache."),
-    click.option(
+    _field(
         "--compile-traced-program/--no-compile-traced-program",
-        default=_d("compile_traced_program"),
         help="Keep Dynamo's traced program in the compile cache too (single-GPU runs without --vae): the next run does "
         "not trace the model, but torch weakens its guards (it warns of each).",
     ),
-    click.option(
+    _field(
         "--grad-sync",
         type=click.Choice(GRAD_SYNCS),
-        default=_d("grad_sync"),
         help="Under torchrun, how ranks average gradients: DDP, or one all-reduce with the whole step as one CUDA "
         "graph (step-graph, on one GPU too); auto takes step-graph for a compiled run on several GPUs, the fastest "
         "measured.",
     ),
-    click.option(
+    _field(
         "--workers",
         type=click.IntRange(min=0),
-        default=_d("workers"),
         show_default=f"{_d('workers')}, at most the cores; half the cores on a CPU",
         help="Loader workers per rank (fastest picks its own).",
     ),
-    click.option("--pin-memory/--no-pin-memory", default=_d("pin_memory")),
+    _field("--pin-memory/--no-pin-memory"),
     click.option(
         "--cache-limit",
         default=None,
@@ -136,11 +135,10 @@ OPTIONS = (
         help="The stream loader's local shard cache, e.g. 25GB (powers of 1000; LitData warns below 25GB); "
         "removed at exit [default: LitData's, 75% of the free disk].",
     ),
-    click.option("--augment/--no-augment", default=_d("augment"), help="Random horizontal flips (images)."),
-    click.option(
+    _field("--augment/--no-augment", help="Random horizontal flips (images)."),
+    _field(
         "--out",
         type=click.Path(file_okay=False, path_type=Path),
-        default=_d("out"),
         help="RUN_DIR: ckpt.pt, metrics.jsonl, samples/, profile/; a new or empty folder, or one train wrote, "
         "apart from --data.",
     ),
@@ -152,32 +150,24 @@ OPTIONS = (
         "recorded in the checkpoint.",
     ),
     click.option("--profile", is_flag=True, help="Write a profiler trace and operator table after warm-up."),
-    click.option("--sample-every", type=click.IntRange(min=0), default=_d("sample_every"), help="0 disables."),
-    _cpu_option(
+    _field("--sample-every", type=click.IntRange(min=0), help="0 disables."),
+    _field(
         "--sample-count",
-        "sample_count",
-        f"{CpuDefaults.sample_count} ({CpuDefaults.latent_sample_count} for latents)",
+        cpu=f"{CpuDefaults.sample_count} ({CpuDefaults.latent_sample_count} for latents)",
         type=click.IntRange(min=1),
         help="Images per grid.",
     ),
-    _cpu_option(
-        "--sample-steps",
-        "sample_steps",
-        CpuDefaults.sample_steps,
-        type=click.IntRange(min=1),
-        help="DDIM steps per grid.",
-    ),
-    click.option("--ckpt-every", type=click.IntRange(min=0), default=_d("ckpt_every"), help="0: no checkpoints."),
-    click.option("--log-every", type=click.IntRange(min=1), default=_d("log_every")),
-    _cpu_option(
+    _field("--sample-steps", cpu=CpuDefaults.sample_steps, type=click.IntRange(min=1), help="DDIM steps per grid."),
+    _field("--ckpt-every", type=click.IntRange(min=0), help="0: no checkpoints."),
+    _field("--log-every", type=click.IntRange(min=1)),
+    _field(
         "--timing-warmup",
-        "timing_warmup",
-        CpuDefaults.timing_warmup,
+        cpu=CpuDefaults.timing_warmup,
         type=click.IntRange(min=0),
         help="Steps left out of the timing figures.",
     ),
-    click.option("--seed", type=int, default=_d("seed")),
-    click.option("--device", default=None, help="cuda, cuda:N or cpu [default: cuda when present]."),
+    _field("--seed", type=int),
+    device_option,
     click.option("--tensorboard", is_flag=True, help="Also write TensorBoard events to RUN_DIR/tensorboard/."),
     click.option("--no-progress", is_flag=True, help="No progress bar (log lines only)."),
     click.option(

@@ -167,3 +167,9 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
+
+
+def measuring_run(out: Path | str, steps: int, **fields) -> TrainConfig:
+    """A run that only measures (bench's, the studies'): `steps` steps in the scratch folder `out`, with no checkpoints,
+    sample grids or progress bar, and its one log line at the end."""
+    return TrainConfig(out=out, steps=steps, ckpt_every=0, sample_every=0, log_every=steps, progress=False, **fields)

@@ -40,12 +40,17 @@ class DiTConfig:
             (self.num_classes >= 0, f"num_classes {self.num_classes} is negative; use 0 for unconditional"),
             (0.0 <= self.class_dropout <= 1.0, f"class_dropout {self.class_dropout} is outside [0, 1]"),
         ]
-        for ok, message in problems:
-            if not ok:
-                raise ValueError(f"DiTConfig: {message}")
+        refuse_problems("DiTConfig", problems)
 
     def build(self) -> DiT:
         return DiT(self)
+
+
+def refuse_problems(name: str, checks: list[tuple[bool, str]]) -> None:
+    """ValueError naming the model config `name` and the message of the first of `checks` (ok, message) that failed."""
+    problem = next((message for ok, message in checks if not ok), None)
+    if problem is not None:
+        raise ValueError(f"{name}: {problem}")
 
 
 def dit_b2(**overrides) -> DiTConfig:

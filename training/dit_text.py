@@ -6,7 +6,7 @@ pooled caption vector is not used, as in PixArt-alpha."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -14,6 +14,7 @@ from torch import nn
 
 from .dit import Attention as SelfAttention
 from .dit import DiTConfig, PatchModel, dit_b2, dit_tiny, frequency_embedding, modulate
+from .model import text_preset
 
 
 @dataclass(kw_only=True)
@@ -25,14 +26,9 @@ class DiTTextConfig(DiTConfig):
         return DiTText(self)
 
 
-def dit_b2_text(**overrides) -> DiTTextConfig:
-    """DiT-B/2 with PixArt-alpha's cross-attention to the caption."""
-    return replace(DiTTextConfig(**vars(dit_b2())), **overrides)
-
-
-def dit_tiny_text(**overrides) -> DiTTextConfig:
-    """For tests and CPU runs: dit_tiny with captions 32 wide (the tiny text encoders')."""
-    return replace(DiTTextConfig(**vars(dit_tiny()), text_dim=32), **overrides)
+dit_b2_text = text_preset(DiTTextConfig, dit_b2)  # DiT-B/2 with PixArt-alpha's cross-attention to the caption
+# for tests and CPU runs: dit_tiny with captions 32 wide (the tiny text encoders')
+dit_tiny_text = text_preset(DiTTextConfig, dit_tiny, text_dim=32)
 
 
 class CrossAttention(nn.Module):

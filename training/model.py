@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import MODELS
-from .dit import DiTConfig
+from .dit import DiTConfig, refuse_problems
 
 
 @dataclass(kw_only=True)
@@ -37,9 +38,7 @@ class UNetConfig:
             ),
             (0.0 <= self.dropout < 1.0, f"dropout {self.dropout} is outside [0, 1)"),
         ]
-        for ok, message in problems:
-            if not ok:
-                raise ValueError(f"UNetConfig: {message}")
+        refuse_problems("UNetConfig", problems)
 
     def build(self) -> UNet:
         return UNet(self)
@@ -58,6 +57,12 @@ def ddpm_audio_mel(**overrides) -> UNetConfig:
 def tiny(**overrides) -> UNetConfig:
     """For tests and CPU runs: same structure (res blocks, attention at 16x16, skips), 0.18M parameters."""
     return replace(UNetConfig(ch=16, ch_mult=(1, 2), num_res_blocks=1, attn_resolutions=(16,), groups=4), **overrides)
+
+
+def text_preset(config: type, base: Callable, **text) -> Callable:
+    """The preset function of a text model's `config`: preset `base`'s fields, then `text` (the caption's width),
+    then the caller's overrides."""
+    return lambda **overrides: replace(config(**vars(base()), **text), **overrides)
 
 
 def preset(name: str):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common.paths import NotRegularError, open_regular
 from common.text import printable
-from dataprep.overwrite import relation
+from dataprep.overwrite import not_written, relation
 
 _TMP = ".*.tmp-*"
 _PROFILE = ("trace.json", "ops.txt", "ops.md", "ops.png")
@@ -53,10 +53,8 @@ def check_out(out: Path, data: Path | str) -> None:
         raise RunDirError(f"{shown}: exists and is not a folder; choose another --out")
     why = not_a_run(where)
     if why is not None:
-        raise RunDirError(
-            f"{shown}: not a run folder: {printable(why)}, so train did not write it (train adds to a folder it wrote "
-            "or an empty one, nothing else). Choose another --out, or move the files away if you mean to"
-        )
+        rule, fix = "train adds to a folder it wrote or an empty one", "Choose another --out, or move the files away"
+        raise RunDirError(not_written(f"{shown}: not a run folder", why, "train", rule, fix))
 
 
 def not_a_run(folder: str) -> str | None:

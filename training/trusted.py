@@ -18,6 +18,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from common.paths import FILE_KINDS, file_kind
+
 
 class Untrusted(Exception):
     """A cache file or folder that another user could have written: skipped, never read."""
@@ -27,7 +29,7 @@ def _check(st: os.stat_result, path: Path | str, kind: str) -> None:
     if kind == "folder" and not stat.S_ISDIR(st.st_mode):
         raise Untrusted(f"{path} is not a folder")
     if kind == "file" and not stat.S_ISREG(st.st_mode):
-        raise Untrusted(f"{path} is {_kind(st.st_mode)}, not a regular file")
+        raise Untrusted(f"{path} is {file_kind(st.st_mode, _KINDS)}, not a regular file")
     if st.st_uid != os.geteuid():
         raise Untrusted(f"{path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
     if st.st_mode & 0o022:
@@ -35,16 +37,13 @@ def _check(st: os.stat_result, path: Path | str, kind: str) -> None:
         raise Untrusted(f"{path} can be written by {who} (mode {stat.S_IMODE(st.st_mode):04o}): chmod go-w {path}")
 
 
-def _kind(mode: int) -> str:
-    kinds = [
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a device"),
-        (stat.S_ISBLK, "a device"),
-    ]
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
+# the cache's words for a file's type: folders, as everywhere in its messages
+_KINDS = FILE_KINDS | {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFDIR: "a folder",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
 
 
 def _open(name: str | Path, dir_fd: int | None, flags: int, path: Path) -> int:
@@ -54,7 +53,8 @@ def _open(name: str | Path, dir_fd: int | None, flags: int, path: Path) -> int:
         if e.errno not in (errno.ELOOP, errno.ENOTDIR):  # what O_NOFOLLOW and O_DIRECTORY refuse
             raise
         mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
-        raise Untrusted(f"{path} is {_kind(mode)}" + ("" if stat.S_ISLNK(mode) else ", not a folder")) from None
+        kind = file_kind(mode, _KINDS)
+        raise Untrusted(f"{path} is {kind}" + ("" if stat.S_ISLNK(mode) else ", not a folder")) from None
 
 
 def _folders(root: Path, relative: str) -> int:

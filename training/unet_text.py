@@ -4,13 +4,13 @@ valid tokens; the attention's output projection starts at zero, so the network s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .model import GroupNorm, UNet, UNetConfig, ddpm_cifar10, timestep_embedding, tiny
+from .model import GroupNorm, UNet, UNetConfig, ddpm_cifar10, text_preset, timestep_embedding, tiny
 
 
 @dataclass(kw_only=True)
@@ -22,14 +22,10 @@ class TextUNetConfig(UNetConfig):
         return TextUNet(self)
 
 
-def ddpm_cifar10_text(**overrides) -> TextUNetConfig:
-    """Ho et al.'s CIFAR-10 UNet, with cross-attention to the caption at its attention resolutions (16x16, middle)."""
-    return replace(TextUNetConfig(**vars(ddpm_cifar10())), **overrides)
-
-
-def tiny_text(**overrides) -> TextUNetConfig:
-    """For tests and CPU runs: the tiny UNet with captions 32 wide (the tiny text encoders')."""
-    return replace(TextUNetConfig(**vars(tiny()), text_dim=32), **overrides)
+# Ho et al.'s CIFAR-10 UNet, with cross-attention to the caption at its attention resolutions (16x16, middle)
+ddpm_cifar10_text = text_preset(TextUNetConfig, ddpm_cifar10)
+# for tests and CPU runs: the tiny UNet with captions 32 wide (the tiny text encoders')
+tiny_text = text_preset(TextUNetConfig, tiny, text_dim=32)
 
 
 class CrossAttention(nn.Module):

@@ -41,8 +41,7 @@ from dataprep.benchdir import BENCH_DIR
 from .noise import CANNOT_TELL, busy_share, cannot_tell, default_config
 from .probe_plan import MAX_STARVATION, MIN_VS_DATA_FREE  # the bar: < 1% starvation, >= 99% of the data-free rate
 
-# the spread when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
-DEFAULT_SPREAD = 0.01
+DEFAULT_SPREAD = 0.01  # when no data-free run was repeated: a little over the findings' (docs/BENCHMARKS.md, Method)
 
 
 @dataclass

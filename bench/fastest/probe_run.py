@@ -24,18 +24,12 @@ from ..records.results import finalize
 from .probe_feed import Feed, Probe, ProbeDone
 from .probe_plan import ProbeConfig
 
+# the key's fields that make the run `fastest` measures, as the records and the training loop take them
+SHAPE = ("batch_size", "model", "device", "compile", "precision")
+
 
 def job_of(data: Path, key: dict, grid: str, **kind):
-    fixed = dict(
-        batch_size=key["batch_size"],
-        model=key["model"],
-        device=key["device"],
-        compile=key["compile"],
-        precision=key["precision"],
-        cpus=None,
-        grid_id=grid,
-        data=str(data),
-    )
+    fixed = {k: key[k] for k in SHAPE} | dict(cpus=None, grid_id=grid, data=str(data))
     return Job(**({"workers": None, "pin_memory": None, "steps": 0, "warmup": 0} | fixed | kind))
 
 
@@ -119,7 +113,7 @@ def run_probe(
     summary, the others follow its steps and return None."""
     import torch.distributed as dist
 
-    from training.config import TrainConfig
+    from training.config import measuring_run
     from training.loop import main
 
     from ..grid.monitor import ResourceMonitor
@@ -135,21 +129,13 @@ def run_probe(
         probe = Probe(Path(data), manifest, key, cfg, monitor, echo)
         feed = Feed(probe.run(resident)) if ranks == 1 else together.feed(probe, resident)
         with tempfile.TemporaryDirectory(prefix="gpufeed-fastest-") as run_dir:
-            train = TrainConfig(
+            train = measuring_run(
+                run_dir,
+                2**62,
                 data=Path(data),
                 loader="gpu",
-                model=key["model"],
-                batch_size=key["batch_size"],
-                steps=2**62,
-                precision=key["precision"],
-                compile=key["compile"],
-                device=key["device"],
                 timing_warmup=0,
-                ckpt_every=0,
-                sample_every=0,
-                log_every=2**62,
-                progress=False,
-                out=Path(run_dir),
+                **{k: key[k] for k in SHAPE},
             )
             try:
                 with contextlib.redirect_stdout(io.StringIO()):

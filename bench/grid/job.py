@@ -12,6 +12,7 @@ import os
 import sys
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import NamedTuple
 
 from loaders import BACKENDS, MIN_WORKERS, USES_PIN, USES_WORKERS
 from training.config import KIND_MODELS, MODEL_NAMES
@@ -192,34 +193,15 @@ def expand(
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
             eater = {} if model != "none" else {"model": preset_for(data, device, vae, manifest)}
-            free = Job(
-                kind="data_free",
-                backend=None,
-                workers=None,
-                pin_memory=None,
-                batch_size=bs,
-                repeat=r,
-                nproc=n,
-                **(common | eater),
-            )
+            scenario = common | dict(batch_size=bs, repeat=r, nproc=n)  # what its data-free and loader jobs share
+            free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, **(scenario | eater))
             at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
                 key = (b, *collapse(b, w, p, device, limit), bs, n)
                 if key in seen:
                     continue
                 seen.add(key)
-                jobs.append(
-                    Job(
-                        kind="loader",
-                        backend=b,
-                        workers=key[1],
-                        pin_memory=key[2],
-                        batch_size=bs,
-                        repeat=r,
-                        nproc=n,
-                        **common,
-                    )
-                )
+                jobs.append(Job(kind="loader", backend=b, workers=key[1], pin_memory=key[2], **scenario))
             # the model's own rate first; the preset's beside the loader alone last (its steps cost far more than a
             # loader's, so a time limit or Ctrl-C takes it rather than the loaders asked for)
             jobs.insert(len(jobs) if model == "none" else at, free)
@@ -233,25 +215,24 @@ def expand(
 # took ~37, 13.3 and ~13.
 TORCHRUN_S = 10.0  # torchrun's own start and rendezvous, before its ranks start like any run
 START_S = 22.0  # a fresh interpreter importing torch, ffcv and DALI, building the loader and model, cuDNN's tuning
-COMPILE_S = {"none": 0.0, "tiny": 8.0, "ddpm_cifar10": 15.0, "ddpm_audio_mel": 20.0, "dit_b2": 15.0, "dit_tiny": 8.0}
-COLD_COMPILE_S = {
-    "none": 0.0,
-    "tiny": 40.0,
-    "ddpm_cifar10": 125.0,
-    "ddpm_audio_mel": 150.0,
-    "dit_b2": 60.0,
-    "dit_tiny": 40.0,
-}  # the first job pays it
-GPU_IMG_S = {
-    "none": 1e7,
-    "tiny": 15_000.0,
-    "ddpm_cifar10": 2_000.0,
-    "ddpm_audio_mel": 700.0,
-    "dit_b2": 1_000.0,
-    "dit_tiny": 15_000.0,
-}  # eager bf16
+
+
+class ModelCost(NamedTuple):
+    compile_s: float  # torch.compile's start with the grid's compile cache warm
+    cold_compile_s: float  # the same with nothing cached yet: the grid's first compiled job pays it
+    gpu_img_s: float  # images a second in eager bf16 on a GPU
+    cpu_img_s: float  # images a second on a CPU
+
+
+MODEL_COSTS = {
+    "none": ModelCost(0.0, 0.0, 1e7, 1e6),
+    "tiny": ModelCost(8.0, 40.0, 15_000.0, 400.0),
+    "ddpm_cifar10": ModelCost(15.0, 125.0, 2_000.0, 6.0),
+    "ddpm_audio_mel": ModelCost(20.0, 150.0, 700.0, 1.5),
+    "dit_b2": ModelCost(15.0, 60.0, 1_000.0, 2.0),
+    "dit_tiny": ModelCost(8.0, 40.0, 15_000.0, 400.0),
+}
 COMPILED_SPEEDUP = 2.5  # ddpm_cifar10 compiled with CUDA graphs against eager (BENCHMARKS.md, What the model eats)
-CPU_IMG_S = {"none": 1e6, "tiny": 400.0, "ddpm_cifar10": 6.0, "ddpm_audio_mel": 1.5, "dit_b2": 2.0, "dit_tiny": 400.0}
 LOADER_IMG_S = {
     "torch": 1_500.0,
     "hdf5": 20_000.0,
@@ -267,13 +248,13 @@ def estimate_s(jobs: list[Job]) -> float:
     total, compiled = 0.0, set()
     for j in jobs:
         n = (j.steps + j.warmup) * j.batch_size
-        model = j.model.removesuffix("_text")  # a text form runs at about its base model's rate
-        model_rate = (GPU_IMG_S if j.device.startswith("cuda") else CPU_IMG_S)[model] * (
+        cost = MODEL_COSTS[j.model.removesuffix("_text")]  # a text form runs at about its base model's rate
+        model_rate = (cost.gpu_img_s if j.device.startswith("cuda") else cost.cpu_img_s) * (
             COMPILED_SPEEDUP if j.compile else 1
         )
         loader_rate = LOADER_IMG_S[j.backend] * max(1, j.workers or 1) if j.backend else 1e9
         total += START_S + n / min(model_rate, loader_rate) + (TORCHRUN_S if j.nproc > 1 else 0.0)
         if j.compile:
-            total += COMPILE_S[model] if j.model in compiled else COLD_COMPILE_S[model]
+            total += cost.compile_s if j.model in compiled else cost.cold_compile_s
             compiled.add(j.model)
     return total

@@ -112,17 +112,17 @@ def consume(loader, job: Job) -> dict:
 
 def train(loader, job: Job) -> dict:
     """The real training loop with the loader injected; checkpoints, samples and log lines off."""
-    from training.config import TrainConfig
+    from training.config import measuring_run
     from training.loop import main
 
-    total = job.warmup + job.steps
     with tempfile.TemporaryDirectory(prefix="gpufeed-bench-") as run_dir:
-        cfg = TrainConfig(
+        cfg = measuring_run(
+            run_dir,
+            job.warmup + job.steps,
             data=job.data,  # TrainConfig keeps an s3:// URL as text, makes a Path of a directory
             loader=job.backend or "gpu",
             model=job.model,
             batch_size=job.batch_size,
-            steps=total,
             precision=job.precision,
             compile=job.compile,
             workers=job.workers or 0,
@@ -130,11 +130,6 @@ def train(loader, job: Job) -> dict:
             device=job.device,
             seed=job.seed,
             timing_warmup=job.warmup,
-            ckpt_every=0,
-            sample_every=0,
-            log_every=total,
-            progress=False,
-            out=Path(run_dir),
             vae=job.vae,
             grad_sync=job.grad_sync,
         )

@@ -27,6 +27,12 @@ from common.stopping import Stopped
 
 from .job import BACKEND_NAMES, Job, estimate_s, expand, runs_in_words
 
+# the grid's fields that `expand` takes by the same names
+_EXPANDED = (
+    *("data", "backends", "workers", "pin_memory", "batch_sizes", "model", "steps", "warmup", "device", "cpus"),
+    *("compile", "repeats", "crosscheck", "precision", "global_batch", "vae", "grad_sync"),
+)
+
 
 @dataclass(kw_only=True)
 class GridConfig:
@@ -60,27 +66,7 @@ class GridConfig:
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
     def jobs(self, grid_id: str = "") -> list[Job]:
-        return expand(
-            data=self.data,
-            backends=self.backends,
-            workers=self.workers,
-            pin_memory=self.pin_memory,
-            batch_sizes=self.batch_sizes,
-            model=self.model,
-            steps=self.steps,
-            warmup=self.warmup,
-            device=self.device,
-            cpus=self.cpus,
-            compile=self.compile,
-            repeats=self.repeats,
-            crosscheck=self.crosscheck,
-            grid_id=grid_id,
-            precision=self.precision,
-            nprocs=self.nproc,
-            global_batch=self.global_batch,
-            vae=self.vae,
-            grad_sync=self.grad_sync,
-        )
+        return expand(grid_id=grid_id, nprocs=self.nproc, **{k: getattr(self, k) for k in _EXPANDED})
 
 
 @dataclass

@@ -85,16 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     workers, pin = collapse(args.backend, args.workers, args.pin_memory, args.device)
-    common = dict(
-        data=args.data,
-        batch_size=args.batch_size,
-        model=args.model,
-        steps=args.steps,
-        warmup=args.warmup,
-        device=args.device,
-        cpus=args.cpus,
-        compile=args.compile,
-    )
+    shared = ("data", "batch_size", "model", "steps", "warmup", "device", "cpus", "compile")  # options named as Job's
+    common = {k: getattr(args, k) for k in shared}
     jobs = {
         "data_free": Job(kind="data_free", backend=None, workers=None, pin_memory=None, **common),
         args.backend: Job(kind="loader", backend=args.backend, workers=workers, pin_memory=pin, **common),

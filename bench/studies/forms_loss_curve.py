@@ -29,7 +29,7 @@ def run_form(form: str, args: argparse.Namespace, out: Path) -> None:
     import tempfile
 
     import training.model
-    from training.config import TrainConfig
+    from training.config import measuring_run
     from training.loop import main
 
     from .speedups import PREVIOUS, SlicedGradCatUNet, revert
@@ -43,20 +43,16 @@ def run_form(form: str, args: argparse.Namespace, out: Path) -> None:
 
         training.model.UNet = PreviousUNet  # the loop builds its model from training.model.UNet when it starts
     with tempfile.TemporaryDirectory(prefix="gpufeed-curve-") as run_dir:
-        cfg = TrainConfig(
+        cfg = measuring_run(
+            run_dir,
+            args.steps,
             data=args.data,
             loader=args.loader,
             model=args.model,
             batch_size=args.batch_size,
-            steps=args.steps,
             precision=args.precision,
             compile=args.compile,
             device=args.device,
-            ckpt_every=0,
-            sample_every=0,
-            log_every=args.steps,
-            progress=False,
-            out=Path(run_dir),
             timing_warmup=min(args.steps // 2, 200),
         )
         summary = main(cfg).to_dict()

@@ -34,8 +34,8 @@ def prepare(source: str, url: str, shard_mib: float | None) -> None:
 
 def latents(url: str, local: Path, count: int) -> None:
     """`count` synthetic latent moments of DiT-B/2's input at 256 px in hdf5 (for the `gpu` loader) and stream
-    format at `local`, the whole dataset uploaded to `url` (bench.studies.stream_gpu.write_latents)."""
-    from bench.studies.stream_gpu import write_latents
+    format at `local`, the whole dataset uploaded to `url` (bench.studies.stream_data.write_latents)."""
+    from bench.studies.stream_data import write_latents
     from dataprep.remote_write import upload_dir
 
     write_latents(local, count, formats=("stream", "hdf5"))

@@ -124,27 +124,23 @@ def table_bytes(folder: Path, pool: list[str], work: Path, device: str) -> tuple
 
 def rate(args, folder: Path, pool: list[str], table, out: Path) -> float:
     """Samples/s of the training loop's timed steps, captions cached (`table`) or encoded in the step (None)."""
-    from training.config import TrainConfig
+    from training.config import measuring_run
     from training.loop import main
 
-    cfg = TrainConfig(
+    cfg = measuring_run(
+        out,
+        args.warmup + args.steps,
         data=out,  # no manifest: the loader is given, the model the preset's (4x32x32 latents)
-        out=out,
         loader="torch",
         model=args.model,
         text_encoder=str(folder),  # the width, and (online) the encoder the step runs
         caption_dropout=0.0,
         batch_size=args.batch_size,
-        steps=args.warmup + args.steps,
         timing_warmup=args.warmup,
         precision="bf16" if args.device.startswith("cuda") else "fp32",
         compile=args.compile,
         device=args.device,
         warmup=0,
-        sample_every=0,
-        ckpt_every=0,
-        log_every=args.warmup + args.steps,
-        progress=False,
     )
     return main(cfg, Feed(pool, table, args.batch_size, args.warmup + args.steps, args.device)).samples_per_s
 

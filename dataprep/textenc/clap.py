@@ -20,16 +20,7 @@ PAD = 1  # RoBERTa's padding id, which also offsets its position ids by PAD + 1
 class ClapEncoder(TransformersEncoder):
     kind = "clap"
     default_tokens = DEFAULT_TOKENS
-
-    @staticmethod
-    def model_class(config: dict):
-        from transformers import ClapTextModelWithProjection
-
-        return ClapTextModelWithProjection
-
-    @staticmethod
-    def pooled_size(config) -> int:
-        return int(config.projection_dim)
+    model_name, pooled_field = "ClapTextModelWithProjection", "projection_dim"
 
     @staticmethod
     def token_limit(config) -> int:

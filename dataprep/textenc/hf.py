@@ -25,19 +25,24 @@ class TransformersEncoder(TextEncoder):
         self.dim = int(model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.d_model)
         self.pooled_dim = self.pooled_size(model.config)
 
-    @staticmethod
-    def model_class(config: dict):
-        """The transformers class that loads a folder with this config.json."""
-        raise NotImplementedError
+    model_name = ""  # the transformers class that loads this kind's folders
+    pooled_field = ""  # the config field that is the pooled vector's width
 
-    @staticmethod
-    def pooled_size(config) -> int:
-        raise NotImplementedError
+    @classmethod
+    def model_class(cls, config: dict):
+        """The transformers class that loads a folder with this config.json."""
+        import transformers
+
+        return getattr(transformers, cls.model_name)
+
+    @classmethod
+    def pooled_size(cls, config) -> int:
+        return int(getattr(config, cls.pooled_field))
 
     @staticmethod
     def token_limit(config) -> int | None:
         """The most tokens the model's position table takes (None: no limit), and the default max_tokens."""
-        raise NotImplementedError
+        return None
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens (n, L, D), pooled (n, P)) for token ids and their attention mask."""

@@ -21,20 +21,7 @@ DEFAULT_TOKENS = 120  # PixArt-alpha's caption length (Sigma: 300, SD3: 256, Flu
 class T5Encoder(TransformersEncoder):
     kind = "t5"
     default_tokens = DEFAULT_TOKENS
-
-    @staticmethod
-    def model_class(config: dict):
-        from transformers import T5EncoderModel
-
-        return T5EncoderModel
-
-    @staticmethod
-    def pooled_size(config) -> int:
-        return int(config.d_model)
-
-    @staticmethod
-    def token_limit(config) -> None:
-        return None
+    model_name, pooled_field = "T5EncoderModel", "d_model"  # relative positions: no token limit
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         tokens = self.model(input_ids=ids, attention_mask=mask).last_hidden_state

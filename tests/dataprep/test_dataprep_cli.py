@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from dataprep_helpers import FORMATS, read_all
+from dataprep_helpers import FORMATS, dataprep_command, read_all
 from PIL import Image
 
 from dataprep.cli import cli
@@ -114,22 +114,8 @@ def test_quiet_silences_every_progress_bar(tmp_path):
     """--quiet prints only the summary line (FFCV's own writer bar included, drawn by its writer process); without it
     the bars are shown. Real processes: the bars are drawn on the stderr the tool was started with."""
     import subprocess
-    import sys
 
-    args = [
-        sys.executable,
-        "-m",
-        "dataprep",
-        "convert",
-        "--source",
-        "synthetic-images",
-        "--limit",
-        "20",
-        "--format",
-        "ffcv",
-        "--workers",
-        "1",
-    ]
+    args = dataprep_command("convert", source="synthetic-images", limit=20, format="ffcv", workers=1)
     quiet = subprocess.run([*args, "--output", str(tmp_path / "q"), "--quiet"], capture_output=True, text=True)
     assert quiet.returncode == 0 and quiet.stdout.strip().splitlines() == [
         f"wrote 20 samples to {tmp_path / 'q'} (ffcv)"
@@ -144,25 +130,10 @@ def test_limit_with_more_workers_than_cores_finishes(cifar_jpg_root, tmp_path):
     """--limit stops reading mid-way: the decoding pool must close cleanly. Terminating 16 busy workers on a
     2-core machine deadlocked on the pool's result lock (the command hung after writing everything)."""
     import subprocess
-    import sys
 
-    cmd = [
-        sys.executable,
-        "-m",
-        "dataprep",
-        "convert",
-        "--input",
-        str(cifar_jpg_root),
-        "--output",
-        str(tmp_path / "out"),
-        "--format",
-        "hdf5",
-        "--limit",
-        "1500",
-        "--workers",
-        "16",
-        "--quiet",
-    ]
+    cmd = dataprep_command(
+        "convert", input=cifar_jpg_root, output=tmp_path / "out", format="hdf5", limit=1500, workers=16, quiet=True
+    )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr
     assert "wrote 1,500 samples" in done.stdout
