@@ -22,6 +22,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,7 @@ class TextCacheWriter:
         self.pending: list[str] = []
         self.seconds = 0.0  # encoding and gathering the distinct captions, for the conversion's timings
         self._inflight: tuple[int, list] | None = None  # the last turn's batches, on their way to the host
+        self._files, self._written = ThreadPoolExecutor(1, thread_name_prefix="text-cache"), None
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
@@ -107,7 +109,13 @@ class TextCacheWriter:
             parts: list = [None] * self.world
             torch.distributed.all_gather_object(parts, mine)
             mine = [parts[k % self.world][k // self.world] for k in range(count)]
-        for rows, pooled in mine if self._tokens is not None else ():
+        if self._tokens is not None:  # written by one thread, in order, while the next batches encode
+            if self._written is not None:
+                self._written.result()  # one turn in flight at most; its error raised here
+            self._written = self._files.submit(self._append, mine)
+
+    def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
+        for rows, pooled in batches:
             for row in rows:
                 self._tokens.write(row.tobytes())
                 self.offsets.append(self.offsets[-1] + len(row))
@@ -144,6 +152,8 @@ class TextCacheWriter:
             self.pending = []
         self._write(self._inflight)
         self._inflight = None
+        if self._written is not None:
+            self._written.result()
         self.abort()
         if self.root is None:
             return [], {}
@@ -172,6 +182,7 @@ class TextCacheWriter:
         }
 
     def abort(self) -> None:
+        self._files.shutdown(wait=True)
         for f in (self._tokens, self._pooled):
             if f is not None:
                 f.close()

@@ -28,8 +28,9 @@ timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE
   local t0; t0=$(date +%s%N); "${@:2}"; echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$1"
 }
 
-encoders() {
-  for e in clip:clip-l t5:t5-xl; do
+encoders() {  # encoders KIND:SIZE...: each built once
+  local e
+  for e in "$@"; do
     [ -d "$D/enc/${e#*:}" ] || python3 -m dataprep make-text-encoder "${e%%:*}" "$D/enc/${e#*:}" --size "${e#*:}"
   done
 }
@@ -48,26 +49,26 @@ for step in "$@"; do
   (nvidia-smi --query-gpu=name,uuid --format=csv || true) >"$R/$step/nvidia-smi.txt"
   case $step in
     study)
-      encoders
+      encoders clip:clip-l t5:t5-xl
       for e in clip=$D/enc/clip-l t5=$D/enc/t5-xl; do
         python3 -m bench.studies.text_cache --device cuda --compile --steps 200 --warmup 50 --encoders "$e" \
           --out "$R/study/text_cache_${e%%=*}.json" 2>&1 | tail -3
         archive study
       done ;;
     rate)
-      encoders
+      encoders clip:clip-l t5:t5-xl
       python3 -m bench.studies.text_cache --encoder-rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" \
         --captions 20000 --batch-size 64 --device cuda --out "$R/rate/encoder_rates.json" ;;
     grid)
-      encoders; images
+      encoders clip:clip-l; images
       [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --format hdf5,ffcv,files,stream --vae "$D/vaes/sd" \
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
       python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
         --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps 60 --timing-warmup 15 \
-        --repeats "${REPEATS:-3}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
+        --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
     convert4)
-      encoders; images
+      encoders clip:clip-l t5:t5-xl; images
       n=$(nvidia-smi -L | wc -l)
       for g in 1 "$n"; do
         run=(torchrun --standalone --nproc_per_node "$g" -m dataprep convert --input "$D/img/train" --quiet --timings
