@@ -21,7 +21,11 @@ D=${GPUFEED_DATA:-/tmp/gpufeed-text-data}
 : "${GPUFEED_COMMIT:?set GPUFEED_COMMIT to the commit copied (the copy has no .git)}"
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
 [ -d /tmp/textsite ] || { mkdir -p /tmp/textsite && tar xJf .whl/text/site.tar.xz -C /tmp/textsite; }
-export PYTHONPATH=$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/textsite
+# the stream format's LitData and boto3 (bench/studies/stream_carry.sh), where carried
+if [ -f .whl/stream/site.tar.xz ] && [ ! -d /tmp/streamsite ]; then
+  mkdir -p /tmp/streamsite && tar xJf .whl/stream/site.tar.xz -C /tmp/streamsite
+fi
+export PYTHONPATH=$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/textsite:/tmp/streamsite
 mkdir -p "$OUT" "$R" "$D"
 archive() { tar czf "$OUT/$1.tgz" -C "$R" "$1" 2>/dev/null || true; }
 timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE
@@ -61,11 +65,11 @@ for step in "$@"; do
         --captions 20000 --batch-size 64 --device cuda --out "$R/rate/encoder_rates.json" ;;
     grid)
       encoders clip:clip-l; images
-      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --format hdf5,ffcv,files,stream --vae "$D/vaes/sd" \
+      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format hdf5,ffcv,files,stream --vae "$D/vaes/sd" \
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
       python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
-        --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps 60 --timing-warmup 15 \
+        --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
         --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
     convert4)
       encoders clip:clip-l t5:t5-xl; images
