@@ -71,17 +71,20 @@ for step in "$@"; do
       python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
         --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
         --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
-    convert4)
-      encoders clip:clip-l t5:t5-xl; images
+    convert4)  # the whole command's time on one GPU and on all, the autoencoder first, then T5-XL's captions
+      images
       n=$(nvidia-smi -L | wc -l)
+      run=(--input "$D/img/train" --quiet --timings --overwrite --format hdf5)
       for g in 1 "$n"; do
-        run=(torchrun --standalone --nproc_per_node "$g" -m dataprep convert --input "$D/img/train" --quiet --timings
-             --overwrite --format hdf5)
-        timed "$R/convert4/vae_gpus$g.ms" "${run[@]}" --size 256 --vae "$D/vaes/sd" \
-          --batch-size 64 --output "$D/vae$g" >"$R/convert4/vae_gpus$g.txt" 2>&1
+        timed "$R/convert4/vae_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
+          --size 256 --vae "$D/vaes/sd" --batch-size 64 --output "$D/vae$g" >"$R/convert4/vae_gpus$g.txt" 2>&1
         cp "$D/vae$g/manifest.json" "$R/convert4/vae_gpus$g.manifest.json"
-        timed "$R/convert4/t5_gpus$g.ms" "${run[@]}" --text-encoder "$D/enc/t5-xl" \
-          --batch-size 64 --output "$D/t5_$g" >"$R/convert4/t5_gpus$g.txt" 2>&1
+        archive convert4
+      done
+      encoders t5:t5-xl
+      for g in 1 "$n"; do
+        timed "$R/convert4/t5_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
+          --text-encoder "$D/enc/t5-xl" --batch-size 64 --output "$D/t5_$g" >"$R/convert4/t5_gpus$g.txt" 2>&1
         cp "$D/t5_$g/manifest.json" "$R/convert4/t5_gpus$g.manifest.json"
         archive convert4
       done ;;
