@@ -31,6 +31,10 @@ class TextEmbeddings:
             self.pooled.to(device, dtype, non_blocking=True),
         )
 
+    def pin_memory(self) -> TextEmbeddings:
+        """In pinned host memory, so a copy to a GPU does not wait for the work queued there before it."""
+        return TextEmbeddings(self.tokens.pin_memory(), self.mask.pin_memory(), self.pooled.pin_memory())
+
     @property
     def lengths(self) -> torch.Tensor:
         """(n,) int64: each caption's number of valid tokens."""
