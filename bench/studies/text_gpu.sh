@@ -69,7 +69,7 @@ for step in "$@"; do
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
       python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
-        --backends torch,hdf5,ffcv,gpu,stream --workers 2 --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
+        --backends "${BACKENDS:-torch,hdf5,ffcv,gpu,stream}" --workers 2 --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
         --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
     convert4)  # the whole command's time on one GPU and on all, the autoencoder first, then T5-XL's captions
       images
