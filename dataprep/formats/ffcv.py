@@ -7,7 +7,6 @@ pages count as resident memory)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,33 +24,10 @@ from .ffcv_layout import (
     data_file,
     field_names,
     stored_caption,
-    stored_dtype,
 )
-from .ffcv_writer import Helper
+from .ffcv_writer import Helper, StagedRecords
 
 STAGING = "ffcv-staging.bin"
-
-
-class StagedRecords:
-    """dataset[i] -> the sample's fields, read from the staging file; picklable for FFCV's worker processes."""
-
-    def __init__(
-        self, path: Path, meta: DatasetMeta, labels: np.ndarray, lengths: np.ndarray | None, texts: list[bytes]
-    ) -> None:
-        self.path, self.meta, self.labels, self.lengths, self.texts = str(path), meta, labels, lengths, texts
-        self._fd = None
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, i: int):
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        size = self.meta.record_bytes
-        x = np.frombuffer(os.pread(self._fd, size, i * size), stored_dtype(self.meta.dtype))
-        x = x.reshape(self.meta.sample_shape)
-        fields = (x, int(self.labels[i])) + (() if self.lengths is None else (int(self.lengths[i]),))
-        return fields + ((np.frombuffer(self.texts[i], np.uint8),) if self.meta.captions else ())
 
 
 class FfcvWriter(FormatWriter):

@@ -12,13 +12,37 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..parallel import die_with_parent, exit_when_gone, send_or_end
-from .ffcv_layout import fields
+from .ffcv_layout import fields, stored_dtype
 
 if TYPE_CHECKING:
-    from .ffcv import StagedRecords
+    from .base import DatasetMeta
 
 WRITE_CHUNK = 256  # samples per work item handed to FFCV's writer processes: small enough to balance two workers
+
+
+class StagedRecords:
+    """dataset[i] -> the sample's fields, read from the staging file; picklable for FFCV's worker processes."""
+
+    def __init__(
+        self, path: Path, meta: DatasetMeta, labels: np.ndarray, lengths: np.ndarray | None, texts: list[bytes]
+    ) -> None:
+        self.path, self.meta, self.labels, self.lengths, self.texts = str(path), meta, labels, lengths, texts
+        self._fd = None
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        size = self.meta.record_bytes
+        x = np.frombuffer(os.pread(self._fd, size, i * size), stored_dtype(self.meta.dtype))
+        x = x.reshape(self.meta.sample_shape)
+        fields = (x, int(self.labels[i])) + (() if self.lengths is None else (int(self.lengths[i]),))
+        return fields + ((np.frombuffer(self.texts[i], np.uint8),) if self.meta.captions else ())
 
 
 class _Span:
