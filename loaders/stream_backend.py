@@ -45,7 +45,7 @@ from .stream_checks import (
     crash_message,
     download_text,
     explain_download,
-    stalled,
+    store_timeout,
     stream_worker_init,
 )
 from .workers import dataloader_workers, worker_errors
@@ -254,7 +254,7 @@ class StreamLoader(Loader):
 
     def _batches(self, ahead: Ahead, first: int) -> Iterator[Batch]:
         o = self.opts
-        with worker_errors("stream", self.location), stalled(self.location), self._reported():
+        with worker_errors("stream", self.location), store_timeout(self.location), self._reported():
             for i, (buf, n, captions) in enumerate(ahead.epoch(), start=first):
                 buf = buf.to(o.device, non_blocking=self.pin)  # one copy to the device, split there
                 x, y = split(buf, n, TORCH_DTYPES[self.dtype.name], self.shape)

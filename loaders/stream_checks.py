@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from dataprep.digest import file_sha256
@@ -101,22 +103,16 @@ def stream_worker_init(worker_id: int) -> None:
     use_s3_downloader(check_download, explain_download)
 
 
-class stalled:  # noqa: N801 - used as a context manager, like worker_errors
+@contextmanager
+def store_timeout(location: str) -> Iterator[None]:
     """A DataLoader timeout (no batch for STALL_S seconds) as a LoaderError naming the store."""
-
-    def __init__(self, location: str) -> None:
-        self.location = location
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, error, tb) -> bool:
-        if kind is RuntimeError and "DataLoader timed out" in str(error):
-            from .errors import LoaderError
-
-            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
-            raise LoaderError(
-                f"the stream loader waited {STALL_S:.0f} s for a batch of {self.location} from "
-                f"{endpoint}: the store stopped answering; continue with --resume once it is back"
-            )
-        return False
+    try:
+        yield
+    except RuntimeError as error:
+        if "DataLoader timed out" not in str(error):
+            raise
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the object store"
+        raise LoaderError(
+            f"the stream loader waited {STALL_S:.0f} s for a batch of {location} from "
+            f"{endpoint}: the store stopped answering; continue with --resume once it is back"
+        ) from None

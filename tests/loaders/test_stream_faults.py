@@ -226,3 +226,16 @@ def test_a_restarted_server_serves_its_old_objects_at_once(seaweed):
     seaweed.server.stop(kill=True)
     seaweed.restart()
     assert [s3.get_object(Bucket=b, Key="x")["Body"].read() for b in buckets] == [b.encode() for b in buckets]
+
+
+def test_a_dataloader_timeout_names_the_store(monkeypatch):
+    """DataLoader's timeout becomes one LoaderError naming the data and the endpoint; other errors pass unchanged."""
+    from loaders.errors import LoaderError
+    from loaders.stream_checks import store_timeout
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    with pytest.raises(LoaderError, match=r"s3://b/d from http://127\.0\.0\.1:9: the store stopped answering"):
+        with store_timeout("s3://b/d"):
+            raise RuntimeError("DataLoader timed out after 300 seconds")
+    with pytest.raises(RuntimeError, match="something else"), store_timeout("s3://b/d"):
+        raise RuntimeError("something else")
