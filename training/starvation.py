@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import TypeVar
@@ -60,10 +60,10 @@ def _percentile(values: list[float], q: float) -> float:
 class StepTimer:
     """Records, per step, the host wait for the batch and (on CUDA) events around the GPU work."""
 
-    def __init__(self, device: str = "cpu") -> None:
+    def __init__(self, device: str = "cpu", clock: Callable[[], float] = time.perf_counter) -> None:
         import torch
 
-        self._torch = torch
+        self._torch, self._clock = torch, clock  # the host clock; a test gives one it advances itself
         self.cuda = str(device).startswith("cuda") and torch.cuda.is_available()
         self.waits: list[float] = []
         self.wall: list[float] = []  # host clock at each step_begin
@@ -77,33 +77,33 @@ class StepTimer:
 
     def fetch(self, it: Iterator[T]) -> T:
         """next(it), timing how long the host is blocked. Raises StopIteration like next()."""
-        t0 = time.perf_counter()
+        t0 = self._clock()
         self._fetch_t0.append(t0)
         item = next(it)
-        self.waits.append(time.perf_counter() - t0)
+        self.waits.append(self._clock() - t0)
         return item
 
     def step_begin(self) -> None:
-        self.wall.append(time.perf_counter())
+        self.wall.append(self._clock())
         if self.cuda:
             if self._end:
                 self._behind.append(self._end[-1].query())  # cudaEventQuery: no sync
             self._begin.append(self._event())
 
     def step_end(self) -> None:
-        self._end_wall.append(time.perf_counter())
+        self._end_wall.append(self._clock())
         if self.cuda:
             self._end.append(self._event())
 
     @contextmanager
     def paused(self) -> Iterator[None]:
         """Between steps: time spent here (sampling, checkpointing) is neither training nor waiting for input."""
-        t0, ev0 = time.perf_counter(), self._event() if self.cuda else None
+        t0, ev0 = self._clock(), self._event() if self.cuda else None
         try:
             yield
         finally:
             ev1 = self._event() if self.cuda else None
-            self._pauses.append((len(self.wall) - 1, t0, time.perf_counter(), ev0, ev1))
+            self._pauses.append((len(self.wall) - 1, t0, self._clock(), ev0, ev1))
 
     def _event(self):
         ev = self._torch.cuda.Event(enable_timing=True)
