@@ -106,9 +106,10 @@ class TextCacheWriter:
         if self.world > 1:
             import torch
 
-            parts: list = [None] * self.world
-            torch.distributed.all_gather_object(parts, mine)
-            mine = [parts[k % self.world][k // self.world] for k in range(count)]
+            # to rank 0 alone, which writes: an all-gather would send every rank all the embeddings
+            parts: list | None = [None] * self.world if self.rank == 0 else None
+            torch.distributed.gather_object(mine, parts, dst=0)
+            mine = [parts[k % self.world][k // self.world] for k in range(count)] if parts is not None else []
         if self._tokens is not None:  # written by one thread, in order, while the next batches encode
             if self._written is not None:
                 self._written.result()  # one turn in flight at most; its error raised here
