@@ -90,8 +90,8 @@ class TextCacheWriter:
 
     def _encode(self, captions: list[str]) -> None:
         """Start encoding up to one batch per rank (this rank's: its `rank`-th), then write every rank's batches of
-        the turn before, copied to the host while this turn's run on the GPU (a copy waited for at once would leave
-        the GPU idle while the next batch is tokenized)."""
+        the turn before, whose copies to the host ran while this turn's batches were queued (a copy waited for at
+        once would leave the GPU idle while the next batch is tokenized)."""
         t0, bs = time.perf_counter(), self.batch_size
         batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
         started = (len(batches), [self._start(b) for b in batches[self.rank :: self.world]])
