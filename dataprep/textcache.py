@@ -252,8 +252,9 @@ class TextTable:
         row = self.manifest_text.get("empty_caption")
         return None if row is None else self.lookup([self.captions[row]])
 
-    def lookup(self, captions: list[str]):
-        """The captions' embeddings as textenc.TextEmbeddings on the CPU, padded to the longest of them."""
+    def lookup(self, captions: list[str], pin_memory: bool = False):
+        """The captions' embeddings as textenc.TextEmbeddings on the CPU (pinned: `pin_memory`), padded to the
+        longest of them."""
         import torch
 
         from .textenc import pad
@@ -264,7 +265,7 @@ class TextTable:
             raise ValueError(f"caption {str(e)[:60]} has no cached embedding; convert the data again") from None
         view = _torch_dtype(self.dtype)
         valid = [torch.from_numpy(np.array(self.tokens[self.offsets[i] : self.offsets[i + 1]])).view(view) for i in ids]
-        return pad(valid, torch.from_numpy(np.array(self.pooled[ids])).view(view))
+        return pad(valid, torch.from_numpy(np.array(self.pooled[ids])).view(view), pin_memory)
 
 
 def _mapped(path: Path, shape: tuple[int, int]) -> np.ndarray:

@@ -113,10 +113,8 @@ class Loader(ABC):
             from dataprep.textcache import TextTable
 
             self._table = TextTable(self.data_dir, self.manifest)
-        text = self._table.lookup(captions)
-        if torch.device(self.opts.device).type == "cuda":  # from pageable memory the copy would wait for the GPU
-            text = text.pin_memory()
-        return text.to(self.opts.device)
+        cuda = torch.device(self.opts.device).type == "cuda"  # from pageable memory the copy would wait for the GPU
+        return self._table.lookup(captions, pin_memory=cuda).to(self.opts.device)
 
     def finish(self, x: torch.Tensor, y: torch.Tensor, batch_index: int, captions: list[str] | None = None) -> Batch:
         """Raw batch on device -> model input: images NHWC uint8 or audio (N[,C],T) float32; `captions` -> text."""

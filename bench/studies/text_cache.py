@@ -77,8 +77,7 @@ class Feed:
         for _ in range(self.steps):
             text = [rng.choice(self.pool) for _ in range(self.batch)]
             if self.table is not None:  # as loaders.base does: a host lookup, padded per batch, then the copy
-                text = self.table.lookup(text)
-                text = (text.pin_memory() if self.device.startswith("cuda") else text).to(self.device)
+                text = self.table.lookup(text, pin_memory=self.device.startswith("cuda")).to(self.device)
             yield Batch(self.x, y, text)
 
 

@@ -31,19 +31,18 @@ class TextEmbeddings:
             self.pooled.to(device, dtype, non_blocking=True),
         )
 
-    def pin_memory(self) -> TextEmbeddings:
-        """In pinned host memory, so a copy to a GPU does not wait for the work queued there before it."""
-        return TextEmbeddings(self.tokens.pin_memory(), self.mask.pin_memory(), self.pooled.pin_memory())
-
     @property
     def lengths(self) -> torch.Tensor:
         """(n,) int64: each caption's number of valid tokens."""
         return self.mask.sum(1)
 
 
-def pad(valid: Sequence[np.ndarray | torch.Tensor], pooled: np.ndarray | torch.Tensor) -> TextEmbeddings:
+def pad(
+    valid: Sequence[np.ndarray | torch.Tensor], pooled: np.ndarray | torch.Tensor, pin_memory: bool = False
+) -> TextEmbeddings:
     """Captions' valid tokens, each (L_i, D), as one batch padded with zeros to the longest of this batch (per batch,
-    not per dataset: a batch of short captions costs short attention); `pooled` (n, P) is stacked as it is."""
+    not per dataset: a batch of short captions costs short attention); `pooled` (n, P) is stacked as it is. With
+    `pin_memory` the batch is built in pinned host memory, so its copy to a GPU waits for nothing queued there."""
     if len(valid) != len(pooled):
         raise ValueError(f"{len(valid)} token arrays but {len(pooled)} pooled vectors: one of each per caption")
     rows = [torch.as_tensor(v) for v in valid]
@@ -54,12 +53,13 @@ def pad(valid: Sequence[np.ndarray | torch.Tensor], pooled: np.ndarray | torch.T
     n, longest = len(rows), max((len(r) for r in rows), default=0)
     dim = rows[0].shape[1] if rows else 0
     dtype = rows[0].dtype if rows else torch.float32
-    tokens = torch.zeros(n, longest, dim, dtype=dtype)
-    mask = torch.zeros(n, longest, dtype=torch.bool)
+    tokens = torch.zeros(n, longest, dim, dtype=dtype, pin_memory=pin_memory)
+    mask = torch.zeros(n, longest, dtype=torch.bool, pin_memory=pin_memory)
     for i, r in enumerate(rows):
         tokens[i, : len(r)] = r
         mask[i, : len(r)] = True
-    return TextEmbeddings(tokens, mask, torch.as_tensor(pooled))
+    pooled = torch.as_tensor(pooled)
+    return TextEmbeddings(tokens, mask, pooled.pin_memory() if pin_memory else pooled)
 
 
 class TextEncoder:
