@@ -57,7 +57,9 @@ class DataSpec:
 def data_spec(cfg: TrainConfig, injected: bool = False) -> DataSpec:
     """What the data is and which preset trains on it. An injected loader may come without a prepared directory:
     then the shape is the preset's (None)."""
-    if injected and not (Path(cfg.data) / "manifest.json").is_file():
+    from dataprep.remote import is_remote
+
+    if injected and not is_remote(cfg.data) and not (Path(cfg.data) / "manifest.json").is_file():
         kind = "audio" if cfg.model == "ddpm_audio_mel" else "image"
         return DataSpec(kind, cfg.model or KIND_MODELS[kind], None, 0, None)
     manifest = read_manifest(cfg.data)

@@ -18,7 +18,6 @@ import argparse
 import random
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -26,7 +25,6 @@ import torch
 from common.atomic import write_json
 from common.run_record import run_record
 
-WARM_BATCHES = 8  # untimed batches before the encoder alone is timed
 WORDS = "a photo of the small large red blue green dog cat car house tree river city night sky old man woman".split()
 
 
@@ -146,39 +144,6 @@ def rate(args, folder: Path, pool: list[str], table, out: Path) -> float:
     return main(cfg, Feed(pool, table, args.batch_size, args.warmup + args.steps, args.device)).samples_per_s
 
 
-def encoder_rates(folder: Path, n: int, batch: int, device: str) -> dict:
-    """Distinct captions/s of the encoder alone (as `convert --text-encoder` loads it: bf16 on a GPU, one batch of
-    captions per call, tokenizing included, results left on the device) and of the conversion's caption writer over
-    the same captions (the encoder, the copy of valid tokens to the host, the files written)."""
-    from dataprep.textcache import TextCacheWriter
-    from dataprep.textenc import load_text_encoder
-
-    def sync() -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-
-    encoder = load_text_encoder(folder, device, torch.bfloat16 if device.startswith("cuda") else torch.float32)
-    pool = captions(n + WARM_BATCHES * batch)
-    warm, pool = pool[: WARM_BATCHES * batch], pool[WARM_BATCHES * batch :]
-    for k in range(0, len(warm), batch):  # one batch left the first timed figure up to 2x low (kernels, allocator)
-        encoder.encode(warm[k : k + batch])
-    sync()
-    t0 = time.perf_counter()
-    for k in range(0, n, batch):
-        encoder.encode(pool[k : k + batch])
-    sync()
-    alone = n / (time.perf_counter() - t0)
-    rates = {"captions": n, "batch_size": batch, "encoder_alone_per_s": alone}
-    with tempfile.TemporaryDirectory(prefix="text-writer-") as tmp:
-        for name, out in [("writer_no_files_per_s", None), ("writer_per_s", Path(tmp))]:  # files cost what's between
-            writer = TextCacheWriter(out, encoder, "bf16", batch)
-            t0 = time.perf_counter()
-            writer.add(pool)
-            writer.finish()
-            rates[name] = n / (time.perf_counter() - t0)
-    return rates
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--encoders", default="clip=clip-l,t5=t5-xl", help="kind=SIZE or kind=FOLDER, comma-separated")
@@ -191,19 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true")
     p.add_argument("--out", type=Path, help="the JSON record")
     p.add_argument("--caption-folder", type=Path, help="only write a distinct caption per image of this folder")
-    p.add_argument("--encoder-rate", action="store_true", help="only time the encoders alone and the cache writer")
     args = p.parse_args(argv)
     if args.caption_folder is not None:
         print(f"{write_metadata(args.caption_folder):,} captions in {args.caption_folder}/metadata.jsonl")
-        return 0
-    if args.encoder_rate:
-        with tempfile.TemporaryDirectory(prefix="text-rate-") as tmp:
-            rows = []
-            for spec in args.encoders.split(","):
-                name, folder = encoder_folder(spec, Path(tmp))
-                rows.append({"encoder": name} | encoder_rates(folder, args.captions, args.batch_size, args.device))
-                print(rows[-1], file=sys.stderr)
-        write_json(args.out, {"run": run_record(args.device), "rows": rows})
         return 0
     if args.out is None:
         p.error("--out is required")

@@ -5,11 +5,13 @@
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh study   # text_cache: cached vs online, CLIP-L- and T5-XL-sized
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh rate    # the encoders alone vs the conversion's caption writer
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, then every backend on cached latents + text at 2 cores
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # the same data on a SeaweedFS store here: stream from s3://
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh convert4  # convert --vae / --text-encoder on 1 GPU, then 4
 #
 # Needs what the GPU image lacks: the text stack (transformers, tokenizers, open_clip's vocabulary, diffusers) as
 # .whl/text/site.tar.xz, made here by bench/studies/text_carry.sh; ffcv staged as ../shared/device/README.md says
-# (NO_DALI=1: the formats but DALI's), sourced before this script. Data: .devdata/img/cifar10k.tar.gz, the first
+# (NO_DALI=1: the formats but DALI's; with DALI, the grid has it too), sourced before this script; for grids3, LitData
+# and boto3 as .whl/stream/site.tar.xz and the weed binary as .whl/stream/weed.xz (bench/studies/stream_carry.sh). Data: .devdata/img/cifar10k.tar.gz, the first
 # 10,000 CIFAR-10 train JPEGs (airplane and automobile), each captioned with its own distinct caption
 # (text_cache --caption-folder). Encoders and the autoencoder are built from config (random weights).
 # Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-text), archived to $OUT/<step>.tgz after each step.
@@ -46,6 +48,23 @@ images() {  # the 10,000 captioned JPEGs, the 256 px SD-shaped autoencoder
   [ -d "$D/vaes/sd" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
 }
 
+store() {  # a SeaweedFS server on 127.0.0.1 with a bucket "data", its AWS_* variables exported
+  if [ ! -f /tmp/serve.env ]; then
+    mkdir -p /tmp/weedbin && xz -dc .whl/stream/weed.xz > /tmp/weedbin/weed && chmod +x /tmp/weedbin/weed
+    GPUFEED_WEED=/tmp/weedbin/weed setsid python3 -m bench.objectstore serve /tmp/weeddata --port 8533 --bucket data \
+      > /tmp/serve.log 2>&1 &
+    for _ in $(seq 120); do grep -q "is ready" /tmp/serve.log && break; sleep 0.5; done
+    grep "^export" /tmp/serve.log > /tmp/serve.env || { cat /tmp/serve.log; exit 1; }
+  fi
+  source /tmp/serve.env
+}
+
+textgrid() {  # textgrid DATA OUT ARGS...: dit_b2_text b256 compiled at 2 cores, each loader against the data-free rate
+  python3 -m bench loaders --data "$1" --model dit_b2_text --compile --precision bf16 --pin-memory on --workers 2 \
+    --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 --repeats "${REPEATS:-3}" \
+    --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$2" "${@:3}" 2>&1 | tail -12
+}
+
 CONVERT=(python3 -m dataprep convert --input "$D/img/train" --size 256 --quiet --timings --overwrite)
 for step in "$@"; do
   echo "== $step"
@@ -59,18 +78,22 @@ for step in "$@"; do
           --out "$R/study/text_cache_${e%%=*}.json" 2>&1 | tail -3
         archive study
       done ;;
-    rate)
+    rate)  # the files on this machine's disk and in memory (/dev/shm), each beside that place's plain write rate
       encoders clip:clip-l t5:t5-xl
-      python3 -m bench.studies.text_cache --encoder-rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" \
-        --captions 20000 --batch-size 64 --device cuda --out "$R/rate/encoder_rates.json" ;;
+      python3 -m bench.studies.text_rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" --captions "${RATE_N:-12000}" \
+        --batch-size 64 --repeats "${REPEATS:-3}" --scratch /tmp,/dev/shm --device cuda --out "$R/rate/encoder_rates.json" ;;
     grid)
       encoders clip:clip-l; images
-      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format hdf5,ffcv,files,stream --vae "$D/vaes/sd" \
+      python3 -c "import nvidia.dali" 2>/dev/null && dali=dali, || dali=
+      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format "${dali}hdf5,ffcv,files,stream" --vae "$D/vaes/sd" \
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
-      python3 -m bench loaders --data "$D/tlat" --model dit_b2_text --compile --precision bf16 --pin-memory on \
-        --backends "${BACKENDS:-torch,hdf5,ffcv,gpu,stream}" --workers 2 --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
-        --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$R/grid/cpus2" 2>&1 | tail -12 ;;
+      textgrid "$D/tlat" "$R/grid/cpus2" --backends "${BACKENDS:-torch,hdf5,ffcv,${dali}gpu,stream}" ;;
+    grids3)  # the stream format written to a SeaweedFS store on this machine, read back from s3://
+      encoders clip:clip-l; images; store
+      [ -f "$R/grids3/convert.txt" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format stream --vae "$D/vaes/sd" \
+        --text-encoder "$D/enc/clip-l" --batch-size 64 --output s3://data/tlat 2>&1 | tee "$R/grids3/convert.txt"
+      textgrid s3://data/tlat "$R/grids3/cpus2" --backends stream ;;
     convert4)  # the whole command's time on one GPU and on all, the autoencoder first, then T5-XL's captions
       images
       n=$(nvidia-smi -L | wc -l)

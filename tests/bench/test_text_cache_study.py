@@ -22,3 +22,23 @@ def test_the_study_runs_small_on_the_cpu(text_encoders, tmp_path):
         b = row["bytes_per_sample"]
         assert b["fp16_valid_only"] == b["bf16_valid_only"] < b["16bit_padded"] < 0.55 * b["fp32_padded"]
         assert row["mean_valid_tokens"] < row["max_tokens"] and row["fp16_overflows"] is False
+
+
+def test_the_writer_rate_runs_small_on_the_cpu(text_encoders, tmp_path):
+    """bench.studies.text_rate: every round times the encoder alone, the writer without files and with files in each
+    scratch folder, whose bytes are the table's tokens and beside which the plain write of those bytes is timed."""
+    from bench.studies.text_rate import main as rate_main
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args = ["--encoders", f"clip={text_encoders['clip']}", "--captions", "24", "--batch-size", "8", "--repeats", "2"]
+    assert rate_main([*args, "--device", "cpu", "--scratch", str(scratch), "--out", str(tmp_path / "r.json")]) == 0
+    (row,) = json.loads((tmp_path / "r.json").read_text())["rows"]
+    assert len(row["rounds"]) == 2 and row["captions"] == 24
+    for r in row["rounds"]:
+        assert r["encoder_alone_per_s"] > 0 and r["writer_no_files_per_s"] > 0
+        assert r[f"bytes_written {scratch}"] > 24 * 2 and r[f"disk_write_bytes_per_s {scratch}"] > 0
+    median = row["median"]
+    share = median[f"writer_of_alone {scratch}"]
+    assert share == median[f"writer_per_s {scratch}"] / median["encoder_alone_per_s"]
+    assert list(scratch.iterdir()) == []  # the writer's files and the plain write's are gone

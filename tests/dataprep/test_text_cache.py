@@ -248,3 +248,22 @@ def test_train_on_s3_data_with_cached_embeddings(remote_captioned, tmp_path, mon
     cfg.sample_every, cfg.sample_steps, cfg.sample_count, cfg.ckpt_every, cfg.timing_warmup = 2, 1, 1, 0, 0
     summary = main(cfg)
     assert len(summary.losses) == 2 and (tmp_path / "run" / "samples" / "step0000002.png").is_file()
+
+
+def test_bench_loaders_on_s3_data_with_cached_embeddings(remote_captioned, tmp_path, monkeypatch):
+    """bench loaders --data s3://... on a text model: the stream run and the data-free run both finish (the injected
+    loader's run reads the store's manifest, whose table holds the empty caption for caption dropout)."""
+    import json
+
+    from bench.cli import cli as bench_cli
+
+    monkeypatch.setenv("GPUFEED_STREAM_CACHE", str(tmp_path / "caches"))
+    out = tmp_path / "grid"
+    args = ["loaders", "--data", remote_captioned, "--model", "tiny_text", "--workers", "0", "--batch-size", "8"]
+    r = CliRunner().invoke(
+        bench_cli, [*args, "--steps", "2", "--timing-warmup", "1", "--device", "cpu", "--out", str(out)]
+    )
+    assert r.exit_code == 0, r.output
+    runs = [json.loads(p.read_text()) for p in out.glob("*-r0.json")]
+    assert sorted(run["name"].split("-")[0] for run in runs) == ["datafree", "stream"], runs
+    assert all("error" not in run and run["figures"]["samples_per_s"] > 0 for run in runs), runs
