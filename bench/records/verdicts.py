@@ -95,6 +95,13 @@ def verdict(g: dict, peers: list[dict]) -> str:
                 )
             else:
                 head += " (a synchronising copy, e.g. pin_memory off): the shortfall is inside the steps"
+        elif s <= INPUT_BOUND and unexplained:
+            head += (
+                f"; yet {1 - ratio:.0%} of the data-free rate is lost, {(1 - ratio) - s:.0%} of it inside the steps, "
+                "where the idle time between steps does not look"
+            )
+            if g.get("nvml_gpu_util_pct") is not None:
+                head += f" (NVML saw the GPU busy {g['nvml_gpu_util_pct']:.0f}% of the time)"
     change = best_change(g, peers, noise)
     if change is None:
         return head + "; nothing in this grid did better beyond its run-to-run spread"

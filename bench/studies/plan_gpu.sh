@@ -111,7 +111,7 @@ bench() {
             --model "$model" "${size[@]}" --time-limit "$left" "$@" 2>&1 \
             | tee -a "$log" "$OUT/$name.log" || status=$?
         kill $! 2>/dev/null || true
-        [ $status = 0 ] && ! grep -q "configurations not started" "$log" && complete=1
+        [ $status = 0 ] && ! grep -q "not started" "$log" && complete=1
         $PY -m bench report "$RESULTS/$name" >/dev/null || true
     fi
     if [ $complete = 1 ]; then  # (on an unfinished grid `choose` could find no loader runs and bench on its own)
