@@ -18,7 +18,6 @@ each caption's row count, padding costs no bytes on disk or on the link."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -30,7 +29,6 @@ import numpy as np
 
 from common.paths import inside, open_regular
 
-from .digest import file_sha256
 from .sources.base import Chunk
 
 DIRNAME = "text"
@@ -167,12 +165,14 @@ class TextCacheWriter:
         return files, self.describe()
 
     def describe(self) -> dict:
+        from .textenc.identity import config_sha256, encoder_sha256
+
         enc = self.encoder
         return {
             "encoder": {
                 "name": Path(enc.name).name,
                 "kind": enc.kind,
-                "config_sha256": _config_sha256(Path(enc.name)),
+                "config_sha256": config_sha256(Path(enc.name)),
                 "sha256": encoder_sha256(Path(enc.name)),
                 "dim": int(enc.dim),
                 "pooled_dim": int(enc.pooled_dim),
@@ -210,38 +210,6 @@ def _dist() -> tuple[int, int]:
 
     d = torch.distributed
     return (d.get_rank(), d.get_world_size()) if d.is_available() and d.is_initialized() else (0, 1)
-
-
-def _config_sha256(folder: Path) -> str:
-    with open_regular(folder / "config.json") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def encoder_sha256(folder: Path) -> str:
-    """sha256 over a text encoder folder's files (names and contents, in name order): the weights as saved, whatever
-    dtype a process loads them in, and the tokenizer, which decides the tokens as much as the weights do."""
-    h = hashlib.sha256()
-    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        h.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        h.update(file_sha256(path).encode())
-    return h.hexdigest()
-
-
-def check_encoder_identity(encoder, text: dict, data: str) -> None:
-    """Raise TextEncoderError unless `encoder` is the one whose embeddings a manifest's `text` entry describes: its
-    kind and the sha256 of its folder (its place may differ). Prompts or the empty caption encoded by another encoder
-    would live in another embedding space than the cached captions, and training would go on without an error."""
-    from .textenc import TextEncoderError
-
-    recorded = text.get("encoder") if isinstance(text.get("encoder"), dict) else {}
-    have = encoder_sha256(Path(encoder.name))
-    if recorded.get("kind") == encoder.kind and recorded.get("sha256") == have:
-        return
-    raise TextEncoderError(
-        f"{encoder.name} ({encoder.kind}, sha256 {have[:16]}...) is not the text encoder that made the caption "
-        f"embeddings of {data}: {recorded.get('name')} ({recorded.get('kind')}, sha256 "
-        f"{str(recorded.get('sha256'))[:16]}...); pass that one, drop --text-encoder, or convert the data again"
-    )
 
 
 class TextTable:

@@ -127,7 +127,7 @@ class Captions:
         text = (manifest or {}).get("text")
         if not isinstance(text, dict):
             return cls(cfg.text_encoder, device, cfg.caption_dropout)
-        from dataprep.textcache import check_encoder_identity
+        from dataprep.textenc.identity import check_encoder_identity
 
         captions = cls(
             cfg.text_encoder, device, cfg.caption_dropout, int(text["max_tokens"]), None, int(text["encoder"]["dim"])
