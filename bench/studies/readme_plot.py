@@ -4,12 +4,18 @@ is set against the data-free rate of its own GPU, as `bench report` does; the JS
 archive in memory (or from a results directory), never rewritten or unpacked.
 
     python -m bench.studies.readme_plot --out docs/starvation_h100.png  # --results: f1_cifar10_bs128/raw.tar.xz
+
+With --repeats, the picture of a grid of one worker count run several times (finding 1 on today's code): each
+backend's rate against the data-free rate, every fresh process a dot, the median a bar, its starvation beside it.
+
+    python -m bench.studies.readme_plot --repeats --results bench/results/f1_w4_h200 --out docs/f1_w4_h200.png
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tarfile
 from collections import defaultdict
 from pathlib import Path
@@ -72,12 +78,41 @@ def draw(results: Path, out: Path) -> Path:
     return out
 
 
+def draw_repeats(results: Path, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_records(results)
+    attach_data_free(records)
+    runs = defaultdict(list)
+    for r in (flat(r) for r in records if "figures" in r and r["job"]["kind"] == "loader"):
+        runs[r["backend"]].append(r)
+    order = sorted(runs, key=lambda b: statistics.median(r["vs_data_free"] for r in runs[b]))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(order) + 1.2))
+    for y, backend in enumerate(order):
+        shares = [100 * r["vs_data_free"] for r in runs[backend]]
+        starved = statistics.median(100 * r["starvation"] for r in runs[backend])
+        ax.barh(y, statistics.median(shares), color=COLORS[backend], alpha=0.6)
+        ax.plot(shares, [y] * len(shares), "o", color="black", markersize=3)
+        ax.text(101.2, y, f"idle {starved:.1f}%, {len(shares)} runs", va="center", fontsize=7)
+    ax.axvline(100, color="black", linestyle=":", linewidth=1)
+    ax.set(yticks=range(len(order)), yticklabels=order, xlim=(85, 106), xlabel="training rate (% of data-free)")
+    ax.set_title("ddpm_cifar10 b128 bf16 compiled, real CIFAR-10, 4 workers pinned, one H200", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("bench/results/f1_cifar10_bs128/raw.tar.xz"))
     p.add_argument("--out", type=Path, default=Path("docs/starvation_h100.png"))
+    p.add_argument("--repeats", action="store_true", help="one worker count, every fresh process a dot")
     args = p.parse_args(argv)
-    print(f"wrote {draw(args.results, args.out)}")
+    print(f"wrote {(draw_repeats if args.repeats else draw)(args.results, args.out)}")
 
 
 if __name__ == "__main__":
