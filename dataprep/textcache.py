@@ -115,8 +115,9 @@ class TextCacheWriter:
             self._written = self._files.submit(self._append, mine)
 
     def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
-        # one system call a batch, from the arrays themselves: a write per caption let the encoding thread take
-        # the GIL back between writes (each wait up to the 5 ms switch interval), which halved T5-XL's rate
+        # one system call a batch, from the arrays themselves: with a write per caption this thread had to win the
+        # GIL back from the encoding thread after each one (up to the 5 ms switch interval), and T5-XL's writer ran
+        # at about half its encoder's rate
         for rows, pooled in batches:
             _write_all(self._tokens, rows)
             for row in rows:

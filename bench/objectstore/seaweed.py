@@ -120,6 +120,7 @@ class SeaweedServer:
         flags = [f"-{name}={port}" for name, port in self.ports.items()]
         return [
             weed_binary(),
+            f"-logdir={self.directory}",  # its log files beside its data, not in /tmp
             "server",
             "-ip=127.0.0.1",
             "-ip.bind=127.0.0.1",
@@ -239,6 +240,14 @@ class SeaweedServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+        for path in self.sockets():  # weed leaves them behind, a handful a server, in /tmp
+            path.unlink(missing_ok=True)
+
+    def sockets(self) -> list[Path]:
+        """The unix sockets weed makes in /tmp for this server's listeners (filer, S3 and the gRPC ports)."""
+        ports = {self.port, *self.ports.values()}
+        ours = {f"{port}" for port in ports}
+        return [p for p in Path("/tmp").glob("seaweedfs-*.sock") if p.stem.rsplit("-", 1)[-1] in ours]
 
     def __enter__(self) -> SeaweedServer:
         return self if self.process is not None else self.start()

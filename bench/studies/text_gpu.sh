@@ -4,16 +4,17 @@
 #
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh study   # text_cache: cached vs online, CLIP-L- and T5-XL-sized
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh rate    # the encoders alone vs the conversion's caption writer
-#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, then every backend on cached latents + text at 2 cores
-#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # the same data on a SeaweedFS store here: stream from s3://
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, every backend on cached latents + text, 2 cores
+#   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # that data on a SeaweedFS store here, from s3://
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh convert4  # convert --vae / --text-encoder on 1 GPU, then 4
 #
 # Needs what the GPU image lacks: the text stack (transformers, tokenizers, open_clip's vocabulary, diffusers) as
 # .whl/text/site.tar.xz, made here by bench/studies/text_carry.sh; ffcv staged as ../shared/device/README.md says
 # (NO_DALI=1: the formats but DALI's; with DALI, the grid has it too), sourced before this script; for grids3, LitData
-# and boto3 as .whl/stream/site.tar.xz and the weed binary as .whl/stream/weed.xz (bench/studies/stream_carry.sh). Data: .devdata/img/cifar10k.tar.gz, the first
-# 10,000 CIFAR-10 train JPEGs (airplane and automobile), each captioned with its own distinct caption
-# (text_cache --caption-folder). Encoders and the autoencoder are built from config (random weights).
+# and boto3 as .whl/stream/site.tar.xz and the weed binary as .whl/stream/weed.xz (bench/studies/stream_carry.sh).
+# Data: .devdata/img/cifar10k.tar.gz, the first 10,000 CIFAR-10 train JPEGs (airplane and automobile), each
+# captioned with its own distinct caption (text_cache --caption-folder). Encoders and the autoencoder are built from
+# config (random weights).
 # Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-text), archived to $OUT/<step>.tgz after each step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,12 +82,14 @@ for step in "$@"; do
     rate)  # the files on this machine's disk and in memory (/dev/shm), each beside that place's plain write rate
       encoders clip:clip-l t5:t5-xl
       python3 -m bench.studies.text_rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" --captions "${RATE_N:-12000}" \
-        --batch-size 64 --repeats "${REPEATS:-3}" --scratch /tmp,/dev/shm --device cuda --out "$R/rate/encoder_rates.json" ;;
+        --batch-size 64 --repeats "${REPEATS:-3}" --scratch /tmp,/dev/shm --device cuda \
+        --out "$R/rate/encoder_rates.json" ;;
     grid)
       encoders clip:clip-l; images
       python3 -c "import nvidia.dali" 2>/dev/null && dali=dali, || dali=
-      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format "${dali}hdf5,ffcv,files,stream" --vae "$D/vaes/sd" \
-        --text-encoder "$D/enc/clip-l" --batch-size 64 --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
+      [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" \
+        --format "${dali}hdf5,ffcv,files,stream" --vae "$D/vaes/sd" --text-encoder "$D/enc/clip-l" --batch-size 64 \
+        --output "$D/tlat" 2>&1 | tee "$R/grid/convert.txt"
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
       textgrid "$D/tlat" "$R/grid/cpus2" --backends "${BACKENDS:-torch,hdf5,ffcv,${dali}gpu,stream}" ;;
     grids3)  # the stream format written to a SeaweedFS store on this machine, read back from s3://

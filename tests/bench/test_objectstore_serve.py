@@ -72,3 +72,17 @@ def test_a_server_answering_for_another_is_refused(seaweed, tmp_path):
         assert server.process is None  # stopped
     finally:
         server.stop()
+
+
+def test_a_stopped_server_leaves_nothing_in_tmp(tmp_path):
+    """weed makes a unix socket in /tmp for several listeners and writes its logs there unless told: while the server
+    runs its sockets are there, after stop() none of them is, and its logs are in its own directory."""
+    before = set(Path("/tmp").glob("weed.*"))
+    server = SeaweedServer(tmp_path / "weed").start()
+    try:
+        running = server.sockets()
+        assert len(running) >= 3, running  # filer, S3 and gRPC listeners at least
+    finally:
+        server.stop()
+    assert server.sockets() == [] and not any(p.exists() for p in running)
+    assert set(Path("/tmp").glob("weed.*")) == before and list((tmp_path / "weed").glob("weed.*INFO*"))
