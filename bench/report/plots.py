@@ -32,7 +32,7 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path, title: str) 
     lines = defaultdict(list)
     for g in groups:
         lines[(g["backend"], g["pin_memory"])].append(g)
-    for ax, (key, ylabel, title, scale) in zip(axes, panels):
+    for ax, (key, ylabel, name, scale) in zip(axes, panels):
         for (backend, pin), gs in sorted(lines.items(), key=lambda kv: str(kv[0])):
             gs = sorted(gs, key=lambda g: g["workers"] or 0)
             label = backend + ("" if pin is None else f", pin {'on' if pin else 'off'}")
@@ -46,11 +46,11 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path, title: str) 
                 wx,
                 ys,
                 STYLE[pin],
-                marker="o" if gs[0]["workers"] is not None else None,
+                marker="o" if gs[0]["workers"] is not None else "s",  # a square: one worker count makes no line
                 color=COLORS.get(backend, "gray"),
                 label=label + ("" if gs[0]["workers"] is not None else " (no workers)"),
             )
-        ax.set(xlabel="workers (processes or threads)", ylabel=ylabel, title=title, xticks=xs)
+        ax.set(xlabel="workers (processes or threads)", ylabel=ylabel, title=name, xticks=xs)
         ax.grid(alpha=0.3)
     if free:
         rate = statistics.median(r["samples_per_s"] for r in free)
