@@ -240,15 +240,19 @@ class TextTable:
         longest of them."""
         import torch
 
-        from .textenc import pad
+        from .textenc.base import pad_flat
 
         try:
-            ids = [self.ids[c] for c in captions]
+            ids = np.asarray([self.ids[c] for c in captions], np.int64)
         except KeyError as e:
             raise ValueError(f"caption {str(e)[:60]} has no cached embedding; convert the data again") from None
+        starts = self.offsets[ids]
+        lengths = self.offsets[ids + 1] - starts
+        # every caption's rows of tokens.bin in one index: its start, then the rows within it
+        within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
         view = _torch_dtype(self.dtype)
-        valid = [torch.from_numpy(np.array(self.tokens[self.offsets[i] : self.offsets[i + 1]])).view(view) for i in ids]
-        return pad(valid, torch.from_numpy(np.array(self.pooled[ids])).view(view), pin_memory)
+        flat = torch.from_numpy(np.asarray(self.tokens[np.repeat(starts, lengths) + within])).view(view)
+        return pad_flat(flat, lengths, torch.from_numpy(np.asarray(self.pooled[ids])).view(view), pin_memory)
 
 
 def _mapped(path: Path, shape: tuple[int, int]) -> np.ndarray:

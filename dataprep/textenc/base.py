@@ -50,14 +50,23 @@ def pad(
     if len(dims) > 1 or any(r.dim() != 2 for r in rows):
         shapes = [tuple(r.shape) for r in rows]
         raise ValueError(f"token arrays must all be (length, D) with one D; got shapes {shapes}")
-    n, longest = len(rows), max((len(r) for r in rows), default=0)
-    dim = rows[0].shape[1] if rows else 0
     dtype = rows[0].dtype if rows else torch.float32
-    tokens = torch.zeros(n, longest, dim, dtype=dtype, pin_memory=pin_memory)
-    mask = torch.zeros(n, longest, dtype=torch.bool, pin_memory=pin_memory)
-    for i, r in enumerate(rows):
-        tokens[i, : len(r)] = r
-        mask[i, : len(r)] = True
+    flat = torch.cat([r.to(dtype) for r in rows]) if rows else torch.zeros(0, 0)
+    return pad_flat(flat, [len(r) for r in rows], pooled, pin_memory)
+
+
+def pad_flat(
+    flat: torch.Tensor, lengths: Sequence[int] | np.ndarray, pooled: np.ndarray | torch.Tensor, pin_memory: bool = False
+) -> TextEmbeddings:
+    """pad() of captions whose valid tokens come one caption after another in `flat` (sum(lengths), D), as a cache
+    stores them: a few whole-batch operations, not two per caption, since a loader runs this in the training
+    process for every batch."""
+    lengths = torch.as_tensor(np.asarray(lengths, np.int64))
+    n, longest = len(lengths), int(lengths.max()) if len(lengths) else 0
+    valid = torch.arange(longest)[None, :] < lengths[:, None]
+    tokens = torch.zeros(n, longest, flat.shape[1], dtype=flat.dtype, pin_memory=pin_memory)
+    tokens[valid] = flat
+    mask = torch.empty(n, longest, dtype=torch.bool, pin_memory=pin_memory).copy_(valid)
     pooled = torch.as_tensor(pooled)
     return TextEmbeddings(tokens, mask, pooled.pin_memory() if pin_memory else pooled)
 
