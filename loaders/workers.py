@@ -114,10 +114,13 @@ def worker_failure(error: BaseException, backend: str, data_dir: Path) -> str | 
             f"the {backend} loader's worker process died ({text.strip()}); its batches are lost, so the run stops: "
             "look for the kernel's out-of-memory killer (dmesg) and continue with --resume"
         )
-    if "Original Traceback" in text:
+    if "Original Traceback" in text:  # a library's error on bytes it could not decode: most often damaged files
+        from .integrity import fix
+
         last = text.strip().splitlines()[-1]
         kind, _, message = last.partition(": ")
-        return f"the {backend} loader failed reading {data_dir}: {message if ' ' not in kind else last}"
+        what = message if " " not in kind else last
+        return f"the {backend} loader failed reading {data_dir}: {what}; {fix(data_dir)}"
     return None
 
 

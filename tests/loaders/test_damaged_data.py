@@ -131,3 +131,22 @@ def test_flipped_bits_never_crash_hang_or_pass_verify(prepared, tmp_path, backen
         if "message" in r:
             assert Path(r["file"]).name in r["message"] or "cannot read" in r["message"], r
             assert "dataprep verify" in r["message"], r
+
+
+def test_a_worker_failing_on_damaged_bytes_says_to_verify(tmp_path):
+    """A library's own error in a DataLoader worker (here LitData's on a flipped bit of a chunk, as PyTorch reports
+    it: the worker's traceback as text) becomes one line naming the loader, the data, the error and `dataprep verify`;
+    an error that is not a worker's is left alone."""
+    from loaders.workers import worker_failure
+
+    error = RuntimeError(
+        "Caught SystemError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "litdata/streaming/item_loader.py", line 1, in load_item\n'
+        "SystemError: Negative size passed to PyBytes_FromStringAndSize"
+    )
+    said = worker_failure(error, "stream", tmp_path)
+    assert said == (
+        f"the stream loader failed reading {tmp_path}: Negative size passed to PyBytes_FromStringAndSize; run "
+        f"`dataprep verify {tmp_path}` to see what is damaged, or convert the data again"
+    )
+    assert worker_failure(ValueError("something else"), "stream", tmp_path) is None
