@@ -28,6 +28,7 @@ from .convert_latents import (
     load_caption_encoder,
     ranks_group,
     share_decoding,
+    start_device,
 )
 from .convert_manifest import build_manifest, dataset_meta, recorded_command
 from .convert_write import caption_cache, finish_all, finish_cache, write_all
@@ -38,7 +39,7 @@ from .formats.base import FormatWriter
 from .manifest import NAME
 from .remote import is_remote
 from .sources import AudioSpec
-from .timings import Timings
+from .timings import Timings, since_process_start
 from .workdir import Workdir
 
 FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the disk, a file-size limit (ulimit -f) or a quota is full
@@ -47,13 +48,15 @@ FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)  # the disk, a file-size limit 
 def convert(cfg: ConvertConfig) -> dict:
     """Convert `cfg.input` into every format in `cfg.formats`; return the manifest (its "timings" say where the
     time went)."""
-    with ranks_group(cfg):
+    times = Timings()
+    times.add("start: the interpreter, imports", since_process_start())
+    with ranks_group(cfg, times):
         if is_remote(cfg.output):
-            return _convert_to_remote(cfg)
-        return _convert(cfg)
+            return _convert_to_remote(cfg, times)
+        return _convert(cfg, times)
 
 
-def _convert_to_remote(cfg: ConvertConfig) -> dict:
+def _convert_to_remote(cfg: ConvertConfig, times: Timings) -> dict:
     """--output s3://BUCKET/PREFIX: convert into a local staging folder (the system's temporary folder, or
     $GPUFEED_STAGE), upload it with the manifest last, then remove it. The bucket and what the prefix holds are checked
     first (dataprep.remote_write), so a wrong target fails before minutes of conversion."""
@@ -70,7 +73,7 @@ def _convert_to_remote(cfg: ConvertConfig) -> dict:
     stage = Path(tempfile.mkdtemp(prefix="gpufeed-upload-", dir=os.environ.get("GPUFEED_STAGE")))
     try:
         local = replace(cfg, output=stage / "dataset", command=recorded_command(cfg))
-        manifest = _convert(local)
+        manifest = _convert(local, times)
         if manifest:  # a rank other than 0 under torchrun encoded its share and wrote nothing
             for line in upload_dir(stage / "dataset", url, cfg.overwrite, cfg.progress):
                 print(line, file=sys.stderr)
@@ -79,7 +82,7 @@ def _convert_to_remote(cfg: ConvertConfig) -> dict:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _convert(cfg: ConvertConfig) -> dict:
+def _convert(cfg: ConvertConfig, times: Timings | None = None) -> dict:
     from tqdm import tqdm
 
     t0, cpu0 = time.perf_counter(), time.process_time()  # process_time: user and kernel
@@ -89,7 +92,9 @@ def _convert(cfg: ConvertConfig) -> dict:
         raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
-    times = Timings()
+    times = Timings() if times is None else times
+    if cfg.vae or cfg.text_encoder:
+        start_device(cfg, times)
     vae = load_autoencoder(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after decoding
     text_encoder = load_caption_encoder(cfg, times) if cfg.text_encoder else None
     if (vae is not None or text_encoder is not None) and _rank() > 0:

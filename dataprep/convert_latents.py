@@ -18,7 +18,7 @@ from .timings import Timings
 
 
 @contextmanager
-def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
+def ranks_group(cfg: ConvertConfig, times: Timings) -> Iterator[None]:
     """Under torchrun the ranks encode in turns (--vae): they join one process group for the conversion, each rank on
     its own GPU, and leave it at its end, as a group left to the interpreter's shutdown can abort the rank there (gloo:
     "terminate called without an active exception"). A rank that fails ends every rank promptly (common.ranks)."""
@@ -33,7 +33,8 @@ def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
             torch.cuda.set_device(device)
         yield
         return
-    watch = ranks.join(_rank_device(cfg))
+    with times.timed("join the other ranks"):
+        watch = ranks.join(_rank_device(cfg))
     try:
         yield
     except BaseException as e:
@@ -42,10 +43,24 @@ def ranks_group(cfg: ConvertConfig) -> Iterator[None]:
     ranks.leave(watch)
 
 
+def start_device(cfg: ConvertConfig, times: Timings) -> None:
+    """CUDA's start on this process's GPU, timed apart from the models it then holds (seconds in a fresh process)."""
+    device = _rank_device(cfg)
+    if device.startswith("cuda"):
+        import torch
+
+        with times.timed("start CUDA on the GPU"):
+            torch.empty(1, device=device)
+
+
 def load_autoencoder(cfg: ConvertConfig, times: Timings):
     """The autoencoder on this process's device (under torchrun, the rank's GPU)."""
+    from common.vae import check_vae_name
+
     from .latents import load_vae
 
+    check_vae_name(cfg.vae)  # a wrong --vae fails before the import's seconds
+    _import_timed(times, "diffusers", "AutoencoderKL")
     with times.timed("load the autoencoder"):
         return load_vae(cfg.vae, _rank_device(cfg))
 
@@ -59,8 +74,23 @@ def load_caption_encoder(cfg: ConvertConfig, times: Timings):
 
     device = _rank_device(cfg)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    _import_timed(times, "transformers", "AutoTokenizer", "PreTrainedModel")
     with times.timed("load the text encoder"):
         return load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
+
+
+def _import_timed(times: Timings, package: str, *names: str) -> None:
+    """`package` and its lazily imported `names` imported as a stage of their own (seconds); where it is missing, the
+    loader that follows names the extra to install."""
+    import importlib
+
+    with times.timed(f"import {package}"):
+        try:
+            module = importlib.import_module(package)
+            for name in names:
+                getattr(module, name)
+        except (ImportError, AttributeError):
+            pass
 
 
 def latent_encoder(cfg: ConvertConfig, vae, kind: str, first: Chunk, spec: AudioSpec):

@@ -21,6 +21,14 @@ class Stage:
     kind: str = "wall"  # "wall": elapsed in one process; "cpu": CPU seconds summed over worker processes
 
 
+def since_process_start() -> float:
+    """Seconds since this process started: the interpreter, its imports and (under torchrun) the wait for it, which
+    a short conversion can spend more time in than in converting."""
+    import psutil
+
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 class Timings(dict):
     """name -> Stage, in the order the stages first ran."""
 

@@ -1,5 +1,5 @@
 """The whole dataset resident on the device as uint8 (as airbench does for CIFAR-10): no workers, no copies, no
-decoding. The work is done per epoch, not per batch: `torch.randperm` on the device, one gather, one flip of about
+decoding. The work is done per epoch, not per batch: `torch.randperm` on the host, one gather, one flip of about
 half the samples and the shared `finish_images` over the whole epoch; every batch is then a slice of that epoch
 tensor, free to hand out. On a CPU device the data stays in host memory. Audio is kept as its finished features
 (the mel is the same every epoch, so it is computed once); latents as their stored float16 moments, a view and a
@@ -85,16 +85,22 @@ class GpuResidentLoader(Loader):
     def _generator(self, salt: int) -> torch.Generator:
         return torch.Generator(device=self.x.device).manual_seed((self.opts.seed * 100_003 + self.epoch) * 2 + salt)
 
-    def _indices(self) -> torch.Tensor:
+    def _indices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """This rank's order for the epoch, on the host and on the device. Drawn on the host: reading a device
+        permutation back for the captions would wait for every step already queued, and the GPU would then idle
+        while the next ones are launched (seen at each epoch start of a captioned run)."""
         o, n = self.opts, len(self.y)
         # every rank draws the same permutation (same seed and epoch) and takes its own stride of it
-        order = torch.randperm(n, device=self.x.device, generator=self._generator(0)) if o.shuffle else None
-        order = torch.arange(n, device=self.x.device) if order is None else order
+        seed = (o.seed * 100_003 + self.epoch) * 2
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)) if o.shuffle else torch.arange(n)
         mine = order[o.rank :: o.world_size]
-        return mine[: n // o.world_size] if o.drop_last else mine
+        mine = mine[: n // o.world_size] if o.drop_last else mine
+        cuda = self.x.device.type == "cuda"
+        return mine, (mine.pin_memory() if cuda else mine).to(self.x.device, non_blocking=cuda)
 
     def __iter__(self) -> Iterator[Batch]:
-        idx, bs = self._indices(), self.opts.batch_size
+        order, idx = self._indices()
+        bs = self.opts.batch_size
         x, y = self.x[idx], self.y[idx]
         if self.kind == "image":
             flip = None
@@ -108,7 +114,7 @@ class GpuResidentLoader(Loader):
                 noise = noise_generator(x.device, self.opts, self.epoch, -1)  # -1: the whole epoch
             x = finish_latents(x, self.opts.dtype, self.manifest["latent"], flip, noise)
         end = len(idx) - len(idx) % bs if self.opts.drop_last else len(idx)
-        order = None if self.captions is None else idx.tolist()  # one copy to the host per epoch, for the captions
+        order = None if self.captions is None else order.tolist()
         for start in range(0, end, bs):
             captions = None if order is None else [self.captions[k] for k in order[start : start + bs]]
             yield Batch(x[start : start + bs], y[start : start + bs], self.text(captions))

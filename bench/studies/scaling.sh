@@ -16,7 +16,8 @@
 #   bash bench/studies/scaling.sh call3   # what call2 left; strong scaling at 512; DDP at 1/2/4;
 #                                         # the loaders at 4, 2 and all cores per rank; DDP's traces
 # On a 2-GPU host the same calls run the 1- and 2-GPU parts. Or any steps by name: prep graph graphtest graphsync weak
-# gputest dit traces flattrace loaders cores strong nccl summary.
+# gputest dit traces flattrace loaders cores extras strong nccl summary (extras: ffcv, DALI and stream on every GPU,
+# with ffcv and DALI staged as ../shared/device/README.md says and LitData carried: bench/studies/stream_carry.sh).
 # Each call first resumes what an earlier one left (a finished grid is skipped in seconds); SCALING_REPEATS=3 adds the
 # missing fresh-process repeats of every grid it names.
 # A step whose grid did not finish in its call's minutes says "NOT complete": repeat the call (it resumes).
@@ -202,6 +203,21 @@ cores() {  # the cores per rank each backend needs: 2 (1 worker) and every core 
   grid loaders-shared "$D/cifar10" --model $M_CIFAR --batch-size $B_CIFAR --backends gpu,hdf5,torch --workers 4 \
     --pin-memory on --nproc "$TOP"
 }
+extras() {  # the loaders that need more than the core install: ffcv, DALI (where installed) and stream, on every GPU
+  # at 4 cores a rank (3 workers) and at 2 (1 worker), from the same 50,000 JPEGs converted to their formats
+  local dali=
+  $PY -c "import nvidia.dali" 2>/dev/null && dali=dali,
+  if [ -f .whl/stream/site.tar.xz ]; then  # LitData and boto3, carried (bench/studies/stream_carry.sh)
+    [ -d /tmp/streamsite ] || { mkdir -p /tmp/streamsite && tar xJf .whl/stream/site.tar.xz -C /tmp/streamsite; }
+    export PYTHONPATH=$PYTHONPATH:/tmp/streamsite
+  fi
+  [ -f "$D/cifar10-extras/manifest.json" ] || $PY -m dataprep convert --input "$D/raw/train" \
+    --output "$D/cifar10-extras" --format "ffcv,${dali}stream" --quiet "${LIMIT[@]}"
+  grid extras-cpus$CPUS "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
+    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP"
+  grid extras-cpus2 "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
+    --workers 1 --pin-memory on --cpus 2 --nproc "$TOP"
+}
 nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_DEBUG=INFO)
   [ -f "$R/nccl/probe-np$TOP.json" ] && return
   mkdir -p "$R/nccl"
@@ -225,7 +241,7 @@ for STEP in "$@"; do
     call2) prep; graph; graphtest; graphsync; dit; gputest; flattrace ;;  # (what an earlier call finished is skipped)
     call3) prep; graph; graphtest; graphsync; dit; gputest; flattrace; strong; weak; loaders; cores
            traces; nccl ;;
-    prep|graphtest|graphsync|graph|weak|dit|gputest|traces|flattrace|loaders|cores|strong|nccl)
+    prep|graphtest|graphsync|graph|weak|dit|gputest|traces|flattrace|loaders|cores|extras|strong|nccl)
       prep; $STEP ;;
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;

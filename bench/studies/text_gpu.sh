@@ -100,6 +100,8 @@ for step in "$@"; do
     convert4)  # the whole command's time on one GPU and on all, the autoencoder first, then T5-XL's captions
       images
       n=$(nvidia-smi -L | wc -l)
+      python3 -c "import json; from common.run_record import run_record; print(json.dumps(run_record('cuda'), indent=1))" \
+        >"$R/convert4/host.json"  # the host, versions and commit the manifests do not record
       run=(--input "$D/img/train" --quiet --timings --overwrite --format hdf5)
       for g in 1 "$n"; do
         timed "$R/convert4/vae_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \

@@ -78,3 +78,7 @@ def test_two_ranks_decode_half_each_and_write_one_process_dataset(folder, image_
     assert digests[0] == digests[1]
     counts = dict(re.findall(r"rank (\d): decoded (\d+) of 96 samples", two.stderr))
     assert counts == {"0": "48", "1": "49"}, two.stderr[-2000:]
+    # the fixed costs a short conversion on several GPUs is made of, each a stage of its own
+    stages = json.loads((tmp_path / "two" / "manifest.json").read_text())["timings"]["stages"]
+    for stage in ("start: the interpreter, imports", "join the other ranks", "import diffusers", "load the autoencoder"):
+        assert stage in stages and stages[stage]["seconds"] > 0, stage

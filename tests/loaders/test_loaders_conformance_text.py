@@ -108,3 +108,21 @@ def test_a_truncated_table_is_refused_at_open(embedded, tmp_path):
     for backend in BACKENDS:
         with pytest.raises(LoaderError, match=r"text/tokens\.bin: .* bytes, the manifest's sizes make"):
             build_loader(backend, damaged, batch_size=8, device="cpu")
+
+
+@pytest.mark.gpu
+def test_resident_loader_starts_a_captioned_epoch_without_waiting_for_the_gpu(embedded):
+    """The resident loader hands out a captioned epoch without reading anything back from the device: a read-back
+    waits for every queued training step, and the GPU then idles while the next ones are launched."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (run `pytest -m gpu` on the GPU machine)")
+    kw = dict(batch_size=32, device="cuda", shuffle=True, augment=True, drop_last=False, seed=1)
+    with build_loader("gpu", embedded, **kw) as loader:
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                n = sum(len(batch.y) for batch in loader)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            assert n == N
