@@ -94,6 +94,29 @@ def test_verify_names_a_damaged_table(cifar, text_encoders, tmp_path):
     assert any("text.max_tokens" in p for p in verify(out)), verify(out)
 
 
+def test_the_encoders_weights_are_hashed_beside_the_encoding(text_encoders, tmp_path, monkeypatch):
+    """The manifest's identity of the encoder (a sha256 over its weights: seconds for a T5-XL-sized one) is computed
+    on a thread of its own from the writer's start, not after the last caption, where it held the conversion up."""
+    import threading
+
+    import dataprep.textenc.identity as identity
+    from dataprep.textcache import TextCacheWriter
+
+    real, seen = identity.encoder_sha256, []
+
+    def recorded(folder):
+        seen.append(threading.current_thread().name)
+        return real(folder)
+
+    monkeypatch.setattr(identity, "encoder_sha256", recorded)
+    encoder = load_text_encoder(text_encoders["t5"])
+    writer = TextCacheWriter(tmp_path, encoder, "bf16", batch_size=4)
+    writer.add([f"caption {k}" for k in range(10)])
+    _, text = writer.finish()
+    assert len(seen) == 1 and seen[0].startswith("text-encoder-sha256"), seen
+    assert text["encoder"]["sha256"] == real(text_encoders["t5"])
+
+
 def test_text_encoder_needs_captions(text_encoders, tmp_path):
     """--text-encoder on samples without captions: one line saying how to give them some, nothing written."""
     make_cifar_pickles(tmp_path / "in", n_per_batch=4)
