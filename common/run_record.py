@@ -15,7 +15,7 @@ PACKAGES = ("torch", "torchvision", "numpy", "h5py", "ffcv", "nvidia-dali-cuda12
 
 
 def _git(*args: str) -> subprocess.CompletedProcess:
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]  # the checkout: common/ is at its root
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=10)
 
 

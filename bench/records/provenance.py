@@ -31,6 +31,8 @@ def embedded(obj: object) -> dict:
     rec = next((r for r in [obj, *nested] if {"commit", "hardware"} & r.keys()), obj)
     hw, ver = rec.get("hardware") or {}, rec.get("versions") or {}
     out = {k: rec.get(k) for k in ("when", "command", "commit", "diff")}
+    if out["commit"] == "unknown":  # run_record found no checkout and no GPUFEED_COMMIT: not a commit
+        out["commit"] = None
     # hardware() names a GPU whenever one ran, so a record of it without one is a CPU run
     out["gpu"] = hw.get("gpu", "none" if hw else None)
     out |= {"gpu_uuid": hw.get("gpu_uuid"), "cpus": hw.get("cpus_allowed"), "memory_gib": hw.get("memory_gib")}

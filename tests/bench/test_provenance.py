@@ -4,6 +4,8 @@ through a provenance sidecar that names what was never recorded; a fresh record 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 from bench.records.provenance import SIDECAR, check, results
@@ -27,6 +29,10 @@ def test_a_fresh_record_is_complete(tmp_path):
     record = {"run": run_record("cpu"), "figure": 1.0}
     assert check(record, "r.json", tmp_path) == []
     assert record["run"]["hardware"]["memory_gib"] > 0 and "nccl" in record["run"]["versions"]
+    if not os.environ.get("GPUFEED_COMMIT"):  # in a checkout: its HEAD, not "unknown"
+        assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", record["run"]["commit"]), record["run"]["commit"]
+    record["run"]["commit"] = "unknown"
+    assert check(record, "r.json", tmp_path) == ["commit"]
 
 
 def test_a_missing_field_fails_and_a_sidecar_must_name_it(tmp_path):
