@@ -31,6 +31,12 @@ fi
 export PYTHONPATH=$PWD:${PYTHONPATH:+$PYTHONPATH:}/tmp/textsite:/tmp/streamsite
 mkdir -p "$OUT" "$R" "$D"
 archive() { tar czf "$OUT/$1.tgz" -C "$R" "$1" 2>/dev/null || true; }
+trap '[ -n "${step:-}" ] && archive "$step"' EXIT  # a step that failed still brings back what it wrote
+needs_litdata() {  # the stream format's writer and reader
+  python3 -c "import litdata" 2>/dev/null && return
+  echo "$step: the stream format needs LitData: carry .whl/stream/site.tar.xz (bench/studies/stream_carry.sh)" >&2
+  exit 2
+}
 timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE
   local t0; t0=$(date +%s%N); "${@:2}"; echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$1"
 }
@@ -85,7 +91,7 @@ for step in "$@"; do
         --batch-size 64 --repeats "${REPEATS:-3}" --scratch /tmp,/dev/shm --device cuda \
         --out "$R/rate/encoder_rates.json" ;;
     grid)
-      encoders clip:clip-l; images
+      needs_litdata; encoders clip:clip-l; images
       python3 -c "import nvidia.dali" 2>/dev/null && dali=dali, || dali=
       [ -f "$D/tlat/manifest.json" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" \
         --format "${dali}hdf5,ffcv,files,stream" --vae "$D/vaes/sd" --text-encoder "$D/enc/clip-l" --batch-size 64 \
@@ -93,7 +99,7 @@ for step in "$@"; do
       cp "$D/tlat/manifest.json" "$R/grid/manifest.json"
       textgrid "$D/tlat" "$R/grid/cpus2" --backends "${BACKENDS:-torch,hdf5,ffcv,${dali}gpu,stream}" ;;
     grids3)  # the stream format written to a SeaweedFS store on this machine, read back from s3://
-      encoders clip:clip-l; images; store
+      needs_litdata; encoders clip:clip-l; images; store
       [ -f "$R/grids3/convert.txt" ] || "${CONVERT[@]}" --limit "${IMG_N:-10000}" --format stream --vae "$D/vaes/sd" \
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output s3://data/tlat 2>&1 | tee "$R/grids3/convert.txt"
       textgrid s3://data/tlat "$R/grids3/cpus2" --backends stream ;;

@@ -510,12 +510,10 @@ FIGURES = (
         "p95 242–289 ms (torch) and 61–176 ms (DALI) against medians of 38–63 and 27–33 ms",
         tuple(p for p in F9_GRID if "/torch-" in p) + tuple(p for p in F9_GRID if "/dali-" in p),
         lambda t0, t1, d0, d1: tuple(
-            f(x["figures"]["starvation"][k] for x in runs)
-            for k in ("wait_p95_ms",)
+            f(x["figures"]["starvation"][key] for x in runs)
+            for key in ("wait_p95_ms", "wait_median_ms")
             for runs in ((t0, t1), (d0, d1))
             for f in (min, max)
-        ) + tuple(
-            f(x["figures"]["starvation"]["wait_median_ms"] for x in runs) for runs in ((t0, t1), (d0, d1)) for f in (min, max)
         ),
         "p95 {:.0f}–{:.0f} ms (torch) and {:.0f}–{:.0f} ms (DALI) against medians of {:.0f}–{:.0f} and {:.0f}–{:.0f} ms",
     ),
