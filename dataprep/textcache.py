@@ -121,9 +121,8 @@ class TextCacheWriter:
             self._written = self._files.submit(self._append, mine)
 
     def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
-        # one system call a batch, from the arrays themselves: with a write per caption this thread had to win the
-        # GIL back from the encoding thread after each one (up to the 5 ms switch interval), and T5-XL's writer ran
-        # at about half its encoder's rate
+        # one system call a batch, from the arrays themselves: each call hands the GIL back and forth with the
+        # encoding thread
         for rows, pooled in batches:
             _write_all(self._tokens, rows)
             for row in rows:
