@@ -82,7 +82,7 @@ def _convert_to_remote(cfg: ConvertConfig, times: Timings) -> dict:
         shutil.rmtree(stage, ignore_errors=True)
 
 
-def _convert(cfg: ConvertConfig, times: Timings | None = None) -> dict:
+def _convert(cfg: ConvertConfig, times: Timings) -> dict:
     from tqdm import tqdm
 
     t0, cpu0 = time.perf_counter(), time.process_time()  # process_time: user and kernel
@@ -92,7 +92,6 @@ def _convert(cfg: ConvertConfig, times: Timings | None = None) -> dict:
         raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
-    times = Timings() if times is None else times
     if cfg.vae or cfg.text_encoder:
         start_device(cfg, times)
     vae = load_autoencoder(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after decoding
