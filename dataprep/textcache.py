@@ -67,15 +67,17 @@ class TextCacheWriter:
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
-        # the encoder's identity for the manifest, a sha256 over its weights: 5 GB and 5 s for a T5-XL-sized one, hashed
-        # beside the encoding (hashlib lets go of the GIL); hashed after it, it halved that conversion's caption rate
-        self._hasher, self._identity = ThreadPoolExecutor(1, thread_name_prefix="text-encoder-sha256"), None
+        self._identity = None  # the encoder's sha256 for the manifest, once hashed
         if self.root is not None:
             from .textenc.identity import encoder_sha256
 
             self.root.mkdir()
             self._tokens, self._pooled = open(self.root / TOKENS, "wb", 0), open(self.root / POOLED, "wb", 0)
-            self._identity = self._hasher.submit(encoder_sha256, Path(encoder.name))
+            # 5 GB and 5 s for a T5-XL-sized encoder: hashed beside the encoding (hashlib lets go of the GIL); hashed
+            # after the last caption, it halved that conversion's caption rate
+            hasher = ThreadPoolExecutor(1, thread_name_prefix="text-encoder-sha256")
+            self._identity = hasher.submit(encoder_sha256, Path(encoder.name))
+            hasher.shutdown(wait=False)  # its one hash still runs to the end
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again)."""
@@ -121,9 +123,7 @@ class TextCacheWriter:
             self._written = self._files.submit(self._append, mine)
 
     def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
-        # one system call a batch, from the arrays themselves: each call hands the GIL back and forth with the
-        # encoding thread
-        for rows, pooled in batches:
+        for rows, pooled in batches:  # one system call a batch, from the arrays themselves (no copy of their bytes)
             _write_all(self._tokens, rows)
             for row in rows:
                 self.offsets.append(self.offsets[-1] + len(row))
@@ -171,16 +171,15 @@ class TextCacheWriter:
         return files, self.describe()
 
     def describe(self) -> dict:
-        from .textenc.identity import config_sha256, encoder_sha256
+        from .textenc.identity import config_sha256
 
         enc = self.encoder
-        sha256 = self._identity.result() if self._identity is not None else encoder_sha256(Path(enc.name))
         return {
             "encoder": {
                 "name": Path(enc.name).name,
                 "kind": enc.kind,
                 "config_sha256": config_sha256(Path(enc.name)),
-                "sha256": sha256,
+                "sha256": self._identity.result(),
                 "dim": int(enc.dim),
                 "pooled_dim": int(enc.pooled_dim),
             },
@@ -194,7 +193,6 @@ class TextCacheWriter:
 
     def abort(self) -> None:
         self._files.shutdown(wait=True)
-        self._hasher.shutdown(wait=False, cancel_futures=True)  # a hash under way still gives describe() its result
         for f in (self._tokens, self._pooled):
             if f is not None:
                 f.close()
