@@ -18,7 +18,7 @@ from common import ranks
 from common.atomic import write_json
 
 from .convert_config import ConvertConfig, ConvertError
-from .convert_input import chunk_size, open_source, read_from, usable, with_templates
+from .convert_input import chunk_size, listed_captions, open_source, read_from, usable, with_templates
 from .convert_latents import (
     add_encoder_times,
     decoded_line,
@@ -129,6 +129,8 @@ def _convert(cfg: ConvertConfig, times: Timings) -> dict:
                     first = next(stream)
             if text_encoder is not None:
                 text_cache = caption_cache(cfg, text_encoder, tmp, first)
+                if vae is None and (captions := listed_captions(cfg, source)) is not None:
+                    text_cache.encode_ahead(captions)  # apart from the samples: see encode_share
                 stream = text_cache.stream(chain([first], stream))
                 streams.append(stream)
                 first = next(stream)

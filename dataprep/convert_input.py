@@ -35,6 +35,15 @@ def with_templates(cfg: ConvertConfig, source, chunks: Iterator[Chunk]) -> Itera
     return (_captioned(chunk, templates, source.classes) for chunk in chunks)
 
 
+def listed_captions(cfg: ConvertConfig, source) -> list[str] | None:
+    """Every sample's caption in output order, where the listing already holds them (caption files, metadata) and
+    none can be skipped (a skipped file drops its caption); None where they come only with the decoded samples."""
+    caption_of = getattr(source, "caption_of", None)
+    if caption_of is None or cfg.on_bad_file != "error" or cfg.caption_templates:
+        return None
+    return [caption_of[path] for path, _ in source.items[: cfg.limit]]
+
+
 def _captioned(chunk: Chunk, templates: Templates, classes: list[str]) -> Chunk:
     chunk.text = templates.captions(chunk.y, classes)
     return chunk

@@ -12,7 +12,7 @@ from itertools import chain
 from common import ranks
 
 from .convert_config import ConvertConfig
-from .convert_input import chunk_size, open_source, usable, with_templates
+from .convert_input import chunk_size, listed_captions, open_source, usable, with_templates
 from .sources import AudioSpec, Chunk
 from .timings import Timings
 
@@ -113,9 +113,7 @@ def share_decoding(cfg: ConvertConfig, source, size: int) -> None:
     their places: a skipped bad file (--on-bad-file skip) moves every later one, so there each rank decodes all."""
     rank, world, _ = ranks.world()
     if cfg.vae is None or world == 1 or cfg.on_bad_file != "error" or not hasattr(source, "needed"):
-        return
-    if cfg.text_encoder is not None:  # every rank reads every caption: the ranks share the distinct ones
-        return
+        return  # (captions, with --text-encoder, come from the listing or the labels: every rank has them all)
     bs = cfg.batch_size
     source.needed = lambda i: i == 0 or (i % size) // bs % world == rank
 
@@ -133,6 +131,11 @@ def encode_share(cfg: ConvertConfig, spec: AudioSpec, vae, text_encoder) -> dict
     from .convert_write import caption_cache
 
     source = open_source(cfg, spec)
+    if vae is None and (captions := listed_captions(cfg, source)) is not None:  # listed: nothing to decode here
+        cache = caption_cache(cfg, text_encoder, None)
+        cache.add(captions)
+        cache.finish()
+        return {}
     size = chunk_size(cfg, source, spec)
     share_decoding(cfg, source, size)
     chunks = source.chunks(size, cfg.on_bad_file, cfg.workers)

@@ -53,13 +53,13 @@ def finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict:
         return {n: {"files": describe_files(root, f, workers)} for n, f in files.items()}
 
 
-def caption_cache(cfg, encoder, root: Path | None, first: Chunk):
-    """The writer of `text/` (dataprep.textcache), for samples that have captions; `root` None: a rank other than 0
-    under torchrun, which encodes its share and writes nothing."""
+def caption_cache(cfg, encoder, root: Path | None, first: Chunk | None = None):
+    """The writer of `text/` (dataprep.textcache), for samples that have captions (`first` None: listed already);
+    `root` None: a rank other than 0 under torchrun, which encodes its share and writes nothing."""
     from .convert_config import ConvertError
     from .textcache import TextCacheWriter
 
-    if first.text is None:
+    if first is not None and first.text is None:
         raise ConvertError(
             f"{cfg.input or cfg.source}: no captions to encode with --text-encoder; give the samples caption files "
             "or metadata, or pass --caption-template"

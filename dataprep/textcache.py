@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,7 @@ class TextCacheWriter:
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
         self._identity = None  # the encoder's sha256 for the manifest, once hashed
+        self._ahead, self._stop = None, threading.Event()  # encode_ahead's thread; set: abandon its captions
         if self.root is not None:
             from .textenc.identity import encoder_sha256
 
@@ -80,10 +82,30 @@ class TextCacheWriter:
             hasher.shutdown(wait=False)  # its one hash still runs to the end
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
-        """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again)."""
+        """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again);
+        after encode_ahead, only passed on."""
         for chunk in chunks:
-            self.add(chunk.text)
+            if self._ahead is None:
+                self.add(chunk.text)
             yield chunk
+
+    def encode_ahead(self, captions: list[str]) -> None:
+        """Encode `captions`, every sample's in order, on a thread of its own while the samples are read. Under
+        torchrun the ranks then share the encoding at their GPUs' pace: fed from rank 0's samples, the encoding of
+        10,000 T5-XL-sized captions waited on its image decoding and took about as long on 4 GPUs as on one. The
+        table is the same: the same captions in the same turns."""
+        import torch
+
+        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+        def encode() -> None:
+            if device is not None:
+                torch.cuda.set_device(device)  # the current device is per thread
+            self.add(captions)
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="text-encode")
+        self._ahead = pool.submit(encode)
+        pool.shutdown(wait=False)
 
     def add(self, captions: list[str]) -> None:
         for caption in captions:
@@ -91,7 +113,7 @@ class TextCacheWriter:
                 self.ids[caption] = len(self.ids)
                 self.pending.append(caption)
         turn = self.batch_size * self.world  # one batch for every rank
-        while len(self.pending) >= turn:
+        while len(self.pending) >= turn and not self._stop.is_set():
             self._encode(self.pending[:turn])
             del self.pending[:turn]
 
@@ -154,6 +176,8 @@ class TextCacheWriter:
 
     def finish(self) -> tuple[list[Path], dict]:
         """Flush and close; (the files written, relative to the output; the manifest's "text" entry but its files)."""
+        if self._ahead is not None:
+            self._ahead.result()  # its error raised here
         self.add([""])  # the empty caption: every rank adds it, so the ranks' turns stay the same
         if self.pending:
             self._encode(self.pending)
@@ -192,6 +216,9 @@ class TextCacheWriter:
         }
 
     def abort(self) -> None:
+        self._stop.set()
+        if self._ahead is not None:
+            wait([self._ahead])  # the batch it is on, then it stops
         self._files.shutdown(wait=True)
         for f in (self._tokens, self._pooled):
             if f is not None:

@@ -104,12 +104,13 @@ for step in "$@"; do
         --text-encoder "$D/enc/clip-l" --batch-size 64 --output s3://data/tlat 2>&1 | tee "$R/grids3/convert.txt"
       textgrid s3://data/tlat "$R/grids3/cpus2" --backends stream ;;
     convert4)  # the whole command's time on one GPU and on all, the autoencoder first, then T5-XL's captions
-      images
+      images  # (CONVERT4_PARTS="vae t5" by default; either alone)
       n=$(nvidia-smi -L | wc -l)
       python3 -c "import json; from common.run_record import run_record; print(json.dumps(run_record('cuda'), indent=1))" \
         >"$R/convert4/host.json"  # the host, versions and commit the manifests do not record
       run=(--input "$D/img/train" --quiet --timings --overwrite --format hdf5)
       for g in 1 "$n"; do
+        [[ " ${CONVERT4_PARTS:-vae t5} " == *" vae "* ]] || break
         timed "$R/convert4/vae_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
           --size 256 --vae "$D/vaes/sd" --batch-size 64 --output "$D/vae$g" >"$R/convert4/vae_gpus$g.txt" 2>&1
         cp "$D/vae$g/manifest.json" "$R/convert4/vae_gpus$g.manifest.json"
@@ -117,6 +118,7 @@ for step in "$@"; do
       done
       encoders t5:t5-xl
       for g in 1 "$n"; do
+        [[ " ${CONVERT4_PARTS:-vae t5} " == *" t5 "* ]] || break
         timed "$R/convert4/t5_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
           --text-encoder "$D/enc/t5-xl" --batch-size 64 --output "$D/t5_$g" >"$R/convert4/t5_gpus$g.txt" 2>&1
         cp "$D/t5_$g/manifest.json" "$R/convert4/t5_gpus$g.manifest.json"

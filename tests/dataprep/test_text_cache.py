@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from dataprep_helpers import make_cifar_pickles
+from dataprep_helpers import make_cifar_pickles, make_imagefolder
 
 from dataprep.cli import cli
 from dataprep.formats import module
@@ -149,13 +149,43 @@ if torch.distributed.is_initialized():
 """
 
 
+@pytest.fixture(scope="module")
+def captioned(tmp_path_factory) -> Path:
+    """An image folder of 24 images, each with a caption file of its own (the captions are listed before decoding)."""
+    root = tmp_path_factory.mktemp("captioned")
+    make_imagefolder(root, n_per_class=12)
+    for k, image in enumerate(sorted(p for p in root.rglob("*") if p.suffix in (".jpg", ".png"))):
+        image.with_suffix(".txt").write_text(f"{image.parent.name} number {k}, " + "and so on " * (k % 5))
+    return root
+
+
+def test_listed_captions_are_encoded_apart_from_the_samples_into_the_same_table(captioned, text_encoders, tmp_path):
+    """Captions the listing holds are encoded on a thread of their own while the images decode; the table equals the
+    one written from the decoded samples' captions (--on-bad-file skip, where a skipped file would drop one)."""
+    args = ["convert", "--input", str(captioned), "--format", "hdf5", "--quiet", "--workers", "1", "--batch-size", "4"]
+    args += ["--text-encoder", str(text_encoders["t5"]), "--device", "cpu"]
+    for out, extra in (("ahead", []), ("streamed", ["--on-bad-file", "skip"])):
+        r = CliRunner().invoke(cli, [*args, *extra, "--output", str(tmp_path / out)])
+        assert r.exit_code == 0, r.output
+    for name in ("captions.json", "tokens.bin", "offsets.bin", "pooled.bin"):
+        assert (tmp_path / "ahead" / "text" / name).read_bytes() == (tmp_path / "streamed" / "text" / name).read_bytes()
+    assert load_manifest(tmp_path / "ahead")["text"]["captions"] == 25  # 24 distinct and the empty one
+    assert verify(tmp_path / "ahead") == []
+
+
 @pytest.mark.slow
-def test_torchrun_ranks_write_the_table_one_process_writes(text_encoders, tmp_path):
+@pytest.mark.parametrize("input_", ["templates", "caption files"])
+def test_torchrun_ranks_write_the_table_one_process_writes(captioned, text_encoders, tmp_path, input_):
     """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch of distinct captions and
-    rank 0 writes a text table byte for byte what one process writes."""
-    args = ["convert", "--source", "synthetic-images", "--limit", "100", "--format", "hdf5", "--quiet"]
-    args += ["--text-encoder", str(text_encoders["t5"]), "--batch-size", "4", "--device", "cpu"]
-    args += [a for t in TEMPLATES for a in ("--caption-template", t)]
+    rank 0 writes a text table byte for byte what one process writes: captions drawn from templates as the samples
+    are read, and captions listed with the images, which the other rank encodes without decoding an image."""
+    if input_ == "templates":
+        args = ["convert", "--source", "synthetic-images", "--limit", "100"]
+        args += [a for t in TEMPLATES for a in ("--caption-template", t)]
+    else:
+        args = ["convert", "--input", str(captioned), "--timings"]
+    args += ["--format", "hdf5", "--quiet", "--text-encoder", str(text_encoders["t5"]), "--batch-size", "4"]
+    args += ["--device", "cpu"]
     env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
     one = subprocess.run([sys.executable, "-m", "dataprep", *args, "--output", str(tmp_path / "one")], env=env)
     assert one.returncode == 0
@@ -173,6 +203,7 @@ def test_torchrun_ranks_write_the_table_one_process_writes(text_encoders, tmp_pa
         assert (tmp_path / "one" / "text" / name).read_bytes() == (tmp_path / "two" / "text" / name).read_bytes()
     text = [load_manifest(tmp_path / d)["text"] for d in ("one", "two")]
     assert [t["processes"] for t in text] == [1, 2] and text[1]["captions"] > 8  # > one turn of 2 ranks x 4
+    assert "rank 1: decoded" not in two.stderr  # listed captions: rank 1 reads no image; templates: none to count
 
 
 def test_overwrite_replaces_a_dataset_with_cached_embeddings(cifar, text_encoders, tmp_path):

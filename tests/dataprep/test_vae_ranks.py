@@ -34,19 +34,21 @@ def folder(tmp_path_factory) -> Path:
     return root
 
 
-def _chunks(folder: Path, monkeypatch, rank: int, world: int) -> tuple[list, int]:
+def _chunks(folder: Path, monkeypatch, rank: int, world: int, **text) -> tuple[list, int]:
     monkeypatch.setenv("RANK", str(rank))
     monkeypatch.setenv("WORLD_SIZE", str(world))
-    cfg = ConvertConfig(output=folder.parent / "out", input=folder, vae="vae", batch_size=BATCH, workers=1)
+    cfg = ConvertConfig(output=folder.parent / "out", input=folder, vae="vae", batch_size=BATCH, workers=1, **text)
     source = open_source(cfg, AudioSpec())
     share_decoding(cfg, source, 2 * PER_CLASS)
     return list(source.chunks(2 * PER_CLASS, "error", 1)), source.decoded
 
 
-def test_a_rank_decodes_only_its_own_batches(folder, monkeypatch):
-    """Rank 1 of 2 decodes its 3 batches of 16 and the first file; those hold one process's pixels, the rest zeros."""
-    (whole,), decoded_all = _chunks(folder, monkeypatch, 0, 1)
-    (share,), decoded = _chunks(folder, monkeypatch, 1, 2)
+@pytest.mark.parametrize("text", [{}, {"text_encoder": "t5", "caption_templates": ("a {label}",)}])
+def test_a_rank_decodes_only_its_own_batches(folder, monkeypatch, text):
+    """Rank 1 of 2 decodes its 3 batches of 16 and the first file; those hold one process's pixels, the rest zeros.
+    With --text-encoder too: every caption comes from the labels (or the listing), not from the pixels."""
+    (whole,), decoded_all = _chunks(folder, monkeypatch, 0, 1, **text)
+    (share,), decoded = _chunks(folder, monkeypatch, 1, 2, **text)
     assert decoded_all == 96 and decoded == 3 * BATCH + 1
     assert share.x.shape == whole.x.shape and (share.y == whole.y).all() and share.names == whole.names
     mine = np.zeros(96, bool)
