@@ -74,6 +74,9 @@ def join(device: str) -> _Watch:
         dist.init_process_group("nccl", timeout=timeout, device_id=torch.device(device))
     else:
         dist.init_process_group("gloo", timeout=timeout)
+    # made here, where every rank passes in the same order (a group made later, beside other collectives, can wait
+    # for ranks that are waiting in those)
+    _host.append(dist.new_group(backend="gloo", timeout=timeout) if cuda else None)
     watch = _Watch(
         dist.distributed_c10d._get_default_store(),
         dist.get_rank(),
@@ -84,11 +87,24 @@ def join(device: str) -> _Watch:
     return watch
 
 
+_host: list = []  # join's gloo group, while joined
+
+
+def host_group():
+    """A gloo group of every rank, for Python objects that live on the host (batches of caption embeddings, the
+    steps' messages): an object collective on NCCL copies them through the GPU, behind the work already queued there.
+    None, the default group, where that is gloo already."""
+    if not _host:
+        raise RuntimeError("host_group() is for a process that joined the ranks' group (ranks.join)")
+    return _host[0]
+
+
 def leave(watch: _Watch | None, error: BaseException | None = None) -> None:
     """Leave the group joined by `join`. After an error, say which rank failed and why, tear the group down without
     waiting for peers, and make sure this process exits within EXIT_GRACE_S (its own error is reported first)."""
     import torch.distributed as dist
 
+    _host.clear()
     if watch is not None:
         watch.stop(done=error is None)
     if error is not None:

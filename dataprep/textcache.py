@@ -135,9 +135,12 @@ class TextCacheWriter:
         if self.world > 1:
             import torch
 
-            # to rank 0 alone, which writes: an all-gather would send every rank all the embeddings
+            from common.ranks import host_group
+
+            # to rank 0 alone, which writes (an all-gather would send every rank all the embeddings), over the host:
+            # through the GPU, each turn's gather waited for the batch queued after it, which left the GPU idle
             parts: list | None = [None] * self.world if self.rank == 0 else None
-            torch.distributed.gather_object(mine, parts, dst=0)
+            torch.distributed.gather_object(mine, parts, dst=0, group=host_group())
             mine = [parts[k % self.world][k // self.world] for k in range(count)] if parts is not None else []
         if self._tokens is not None:  # written by one thread, in order, while the next batches encode
             if self._written is not None:

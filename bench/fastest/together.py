@@ -20,6 +20,8 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 
+from common.ranks import host_group
+
 from ..grid.job import BACKEND_NAMES
 from .probe_feed import DONE, Feed, Probe, ProbeDone
 
@@ -35,25 +37,15 @@ def same(value):
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return value
     box = [value]
-    dist.broadcast_object_list(box, src=0, group=_channel())
+    dist.broadcast_object_list(box, src=0, group=host_group())
     return box[0]
-
-
-_group: list = []
-
-
-def _channel():
-    """A gloo group beside the ranks' own (NCCL on GPUs): the steps' messages stay on the host."""
-    if not _group:
-        _group.append(dist.new_group(backend="gloo"))
-    return _group[0]
 
 
 def _say(code: list[int]) -> list[int]:
     """One all-reduce (sum) of [what, backend, workers + 1, pin + 1, failures]: rank 0 fills the first four, every
     other rank the last."""
     t = torch.tensor(code, dtype=torch.int64)
-    dist.all_reduce(t, group=_channel())
+    dist.all_reduce(t, group=host_group())
     return t.tolist()
 
 
@@ -151,7 +143,7 @@ def merged_figures(probe: Probe, monitor) -> list[dict] | None:
     windows = same(probe.windows)
     own = probe.figures(latest_timer(), monitor, windows)
     every: list = [None] * dist.get_world_size()
-    dist.gather_object(own, every if dist.get_rank() == 0 else None, dst=0, group=_channel())
+    dist.gather_object(own, every if dist.get_rank() == 0 else None, dst=0, group=host_group())
     if dist.get_rank() != 0:
         return None
     return [merge_figures([ranks_figs[i] for ranks_figs in every]) for i in range(len(windows))]
