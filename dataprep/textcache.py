@@ -132,16 +132,10 @@ class TextCacheWriter:
         if turn is None:
             return
         count, mine = turn[0], [self._collect(started) for started in turn[1]]
-        if self.world > 1:
-            import torch
+        if self.world > 1:  # to rank 0 alone, which writes
+            from .textcache_send import to_rank0
 
-            from common.ranks import host_group
-
-            # to rank 0 alone, which writes (an all-gather would send every rank all the embeddings), over the host:
-            # through the GPU, each turn's gather waited for the batch queued after it, which left the GPU idle
-            parts: list | None = [None] * self.world if self.rank == 0 else None
-            torch.distributed.gather_object(mine, parts, dst=0, group=host_group())
-            mine = [parts[k % self.world][k // self.world] for k in range(count)] if parts is not None else []
+            mine = to_rank0(mine, count, self.batch_size, (self.encoder.dim, self.encoder.pooled_dim))
         if self._tokens is not None:  # written by one thread, in order, while the next batches encode
             if self._written is not None:
                 self._written.result()  # one turn in flight at most; its error raised here
