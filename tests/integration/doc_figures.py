@@ -83,6 +83,8 @@ F9_S3 = tuple(
     f"f9_text_h200/grids3_cpus2/stream-w2-pinon-bs256-dit_b2_text-cpus2-bf16-compiled-r{r}.json" for r in range(3)
 )
 F9_RATE = "f9_text_h200/rate/encoder_rates.json"
+F9_RATE2 = "f9_text_4xh200/rate/encoder_rates.json"  # after the encoder's hash moved beside the encoding
+ROW = "| {:,.0f} | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) |"  # a writer-rate table's row after its name
 F9_STARTS = "f9_epoch_starts_cpu2/epoch_starts.json"  # what an epoch start costs each loader alone, 2 cores
 F9_RESIDENT = tuple(  # the resident loader again, once it drew each epoch's order on the host
     f"f9_text_h200/grid_resident_cpus2/gpu-wna-pinna-bs256-dit_b2_text-cpus2-bf16-compiled-r{r}.json" for r in range(3)
@@ -94,6 +96,20 @@ F1W = {  # finding 1 on today's code: each backend's fresh processes at 4 worker
 F1W = {b: tuple(f"f1_w4_h200/{n}" for n in names) for b, names in F1W.items()}
 F1M = "f1_more_h200/results.csv"  # finding 1's 0 and 8 workers on today's code
 F9_VAE = tuple(f"f9_convert_4xh200/vae_gpus{g}.{x}" for g in (1, 4) for x in ("manifest.json", "ms"))
+F9_CONVERT = {  # convert --vae / --text-encoder on 1 and 4 GPUs: (folder, what it converted)
+    "vae": ("f9_convert_4xh200", "vae"),
+    "vae_stages": ("f9_convert_4xh200_stages", "vae"),
+    "t5": ("f9_convert_4xh200", "t5"),
+    "t5_stages": ("f9_convert_4xh200_stages", "t5"),
+    "listed": ("f9_text_4xh200/t5_listed", "t5"),
+    "host_group": ("f9_text_4xh200/t5_host_group", "t5"),
+    "raw_send": ("f9_text_4xh200/t5_raw_send", "t5"),
+}
+F9_CONVERT = {
+    k: tuple(f"{d}/{w}_gpus{g}.{x}" for g in (1, 4) for x in ("manifest.json", "ms"))
+    for k, (d, w) in F9_CONVERT.items()
+}
+F9_BS256 = tuple(f"f9_text_4xh200/t5_raw_send/t5_bs256_gpus{g}.{x}" for g in (1, 4) for x in ("manifest.json", "ms"))
 
 
 def _shares(gpu: dict, *streams: dict) -> tuple:
@@ -211,6 +227,32 @@ def _f9_vae(one: dict, one_ms: float, four: dict, four_ms: float) -> tuple:
     return pace, one_ms / four_ms, four_ms / 1000, one_ms / 1000
 
 
+def _stage(manifest: dict, name: str) -> float:
+    return manifest["timings"]["stages"][name]["seconds"]
+
+
+def _convert_row(one: dict, one_ms: float, four: dict, four_ms: float) -> tuple:
+    """(1 GPU s, 4 GPUs s, whole command ×, then the encoding: images/s 1 -> 4 and × for --vae, or the caption
+    writer's seconds 1 -> 4 and ×)."""
+    whole = (one_ms / 1000, four_ms / 1000, one_ms / four_ms)
+    if "encoded_per_s" in one["timings"]:
+        a, b = one["timings"]["encoded_per_s"], four["timings"]["encoded_per_s"]
+        return (*whole, a, b, b / a)
+    a, b = (_stage(m, "text: encode the distinct captions") for m in (one, four))
+    return (*whole, a, b, a / b)
+
+
+def _fixed(*loaded) -> tuple:
+    """The fixed costs over every convert row: import transformers, import diffusers, load the encoder, and the time
+    outside the conversion's own clock on 1 and on 4 GPUs (min, max each)."""
+    rows = [loaded[i : i + 4] for i in range(0, len(loaded), 4)]
+    stages = [(m, name) for r in rows for m in r[0::2] for name in m["timings"]["stages"]]
+    imports = {p: [_stage(m, n) for m, n in stages if n == f"import {p}"] for p in ("transformers", "diffusers")}
+    load = [_stage(m, n) for m, n in stages if n == "load the text encoder"]
+    outside = [[r[k + 1] / 1000 - r[k]["timings"]["wall_s"] for r in rows] for k in (0, 2)]
+    return tuple(f(x) for x in (*imports.values(), load, *outside) for f in (min, max))
+
+
 def _d(s: dict) -> tuple:
     one = rate(s, G.format("", GRAPH, 0))
     return rate(s, G.format("np2-", GRAPH, 0)) / one, rate(s, G.format("np4-", GRAPH, 0)) / one
@@ -257,10 +299,13 @@ FIGURES = (
     ),
     Figure(
         (README,),
-        "without workers reached 24.8% of today's model (2 runs) and 99.8% with 8 workers; HDF5 fell short again (94.2% "
+        "without workers reached 24.8% of today's model (2 runs) and 99.8% with 8 workers; HDF5 fell short "
+        "again (94.2% "
         "and 96.6% at 0 and 8 workers)",
         F1M,
-        lambda t: tuple(_f1m_row(t, b, w)[3] for b, w in (("torch", "0"), ("torch", "8"), ("hdf5", "0"), ("hdf5", "8"))),
+        lambda t: tuple(
+            _f1m_row(t, b, w)[3] for b, w in (("torch", "0"), ("torch", "8"), ("hdf5", "0"), ("hdf5", "8"))
+        ),
         "without workers reached {:.1%} of today's model (2 runs) and {:.1%} with 8 workers; HDF5 fell short again "
         "({:.1%} and {:.1%} at 0 and 8 workers)",
     ),
@@ -493,9 +538,15 @@ FIGURES = (
         "waited 189–225 ms for the DataLoader's first batch of each of 4 epochs, against 18 ms for the others; hdf5's "
         "persistent workers 44–88 ms after the first epoch; DALI's first batches 12–23 ms",
         F9_STARTS,
-        lambda r: (*_torch_starts(r), min(_starts(r, "hdf5")["first_ms"][1:]), max(_starts(r, "hdf5")["first_ms"][1:]),
-                   min(_starts(r, "dali")["first_ms"]), max(_starts(r, "dali")["first_ms"])),
-        "waited {:.0f}–{:.0f} ms for the DataLoader's first batch of each of 4 epochs, against {:.0f} ms for the others; "
+        lambda r: (
+            *_torch_starts(r),
+            min(_starts(r, "hdf5")["first_ms"][1:]),
+            max(_starts(r, "hdf5")["first_ms"][1:]),
+            min(_starts(r, "dali")["first_ms"]),
+            max(_starts(r, "dali")["first_ms"]),
+        ),
+        "waited {:.0f}–{:.0f} ms for the DataLoader's first batch of each of 4 epochs, against {:.0f} ms for "
+        "the others; "
         "hdf5's persistent workers {:.0f}–{:.0f} ms after the first epoch; DALI's first batches {:.0f}–{:.0f} ms",
     ),
     Figure(
@@ -515,7 +566,8 @@ FIGURES = (
             for runs in ((t0, t1), (d0, d1))
             for f in (min, max)
         ),
-        "p95 {:.0f}–{:.0f} ms (torch) and {:.0f}–{:.0f} ms (DALI) against medians of {:.0f}–{:.0f} and {:.0f}–{:.0f} ms",
+        "p95 {:.0f}–{:.0f} ms (torch) and {:.0f}–{:.0f} ms (DALI) against medians of {:.0f}–{:.0f} and "
+        "{:.0f}–{:.0f} ms",
     ),
     Figure(
         (BENCHMARKS,),
@@ -543,6 +595,13 @@ FIGURES = (
         lambda r: _rate_row(r["rows"][1]),
         "| T5-XL-sized | {:,.0f} | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) |",
     ),
+    *(
+        Figure((BENCHMARKS,), text, F9_RATE2, lambda r, k=k: _rate_row(r["rows"][k]), fmt)
+        for k, text, fmt in (
+            (0, "| CLIP-L-sized | 4,315 | 4,262 (99%) | 4,037 (94%) | 4,246 (98%) |", "| CLIP-L-sized " + ROW),
+            (1, "| T5-XL-sized | 1,714 | 1,796 (105%) | 1,795 (105%) | 1,796 (105%) |", "| T5-XL-sized " + ROW),
+        )
+    ),
     Figure(
         (BENCHMARKS,),
         "| CLIP-L-sized | 5,343 | 5,513 (103%) | 4,391 (82%) | 4,202 (79%) |",
@@ -552,9 +611,84 @@ FIGURES = (
     ),
     Figure(
         (README,),
-        "the encoding ran 3.81× as fast as on one GPU, but the whole command only 1.62× (38.5 s against 62.5 s",
-        F9_VAE,
-        _f9_vae,
-        "the encoding ran {:.2f}× as fast as on one GPU, but the whole command only {:.2f}× ({:.1f} s against {:.1f} s",
+        "the encoding ran 3.78× as fast as on one GPU, but the whole command only 1.81× (41.4 s against 74.9 "
+        "s; 1.62× on",
+        (*F9_CONVERT["vae_stages"], *F9_VAE),
+        lambda *r: (*_f9_vae(*r[:4]), _f9_vae(*r[4:])[1]),
+        "the encoding ran {:.2f}× as fast as on one GPU, but the whole command only {:.2f}× ({:.1f} s "
+        "against {:.1f} s; "
+        "{:.2f}× on",
+    ),
+    Figure(
+        (README,),
+        "T5-XL-sized ones encoded 2.95× as fast on 4 H200s as on one",
+        F9_CONVERT["raw_send"],
+        lambda *r: _convert_row(*r)[-1:],
+        "T5-XL-sized ones encoded {:.2f}× as fast on 4 H200s as on one",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 95f8ffd | 62.5 s | 38.5 s | **1.62×** | 254.5 → 969.1 images/s: **3.81×** |",
+        F9_CONVERT["vae"],
+        _convert_row,
+        "| 95f8ffd | {:.1f} s | {:.1f} s | **{:.2f}×** | {:.1f} → {:.1f} images/s: **{:.2f}×** |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| e58b2cb | 74.9 s | 41.4 s | **1.81×** | 255.4 → 965.2 images/s: **3.78×** |",
+        F9_CONVERT["vae_stages"],
+        _convert_row,
+        "| e58b2cb | {:.1f} s | {:.1f} s | **{:.2f}×** | {:.1f} → {:.1f} images/s: **{:.2f}×** |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 95f8ffd | 35.7 s | 31.1 s | 1.15× | 8.80 → 4.87 s: 1.81× |",
+        F9_CONVERT["t5"],
+        _convert_row,
+        "| 95f8ffd | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: {:.2f}× |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| e58b2cb | 33.1 s | 33.6 s | 0.98× | 10.33 → 7.30 s: 1.41× |",
+        F9_CONVERT["t5_stages"],
+        _convert_row,
+        "| e58b2cb | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: {:.2f}× |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| d2aa63b | 34.7 s | 32.6 s | 1.07× | 10.57 → 6.76 s: 1.56× |",
+        F9_CONVERT["listed"],
+        _convert_row,
+        "| d2aa63b | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: {:.2f}× |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| c5e5ddd | 31.9 s | 32.2 s | 0.99× | 9.44 → 5.44 s: 1.73× |",
+        F9_CONVERT["host_group"],
+        _convert_row,
+        "| c5e5ddd | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: {:.2f}× |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 76159db | 35.8 s | 34.2 s | 1.05× | 10.46 → 3.55 s: **2.95×** |",
+        F9_CONVERT["raw_send"],
+        _convert_row,
+        "| 76159db | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: **{:.2f}×** |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 76159db | 26.3 s | 29.6 s | 0.89× | 4.59 → 2.12 s: 2.17× |",
+        F9_BS256,
+        _convert_row,
+        "| 76159db | {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: {:.2f}× |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "importing transformers (6.5–10.1 s) or diffusers (12.2–14.2 s, on hosts started minutes before), loading the "
+        "encoder (1.5–2.8 s), and 6.9–8.5 s (1 GPU) or 13.2–14.8 s (4 GPUs) outside",
+        tuple(f for k in ("vae_stages", "t5_stages", "listed", "host_group", "raw_send") for f in F9_CONVERT[k]),
+        _fixed,
+        "importing transformers ({:.1f}–{:.1f} s) or diffusers ({:.1f}–{:.1f} s, on hosts started minutes before), "
+        "loading the encoder ({:.1f}–{:.1f} s), and {:.1f}–{:.1f} s (1 GPU) or {:.1f}–{:.1f} s (4 GPUs) outside",
     ),
 )
