@@ -92,6 +92,7 @@ def _convert(cfg: ConvertConfig, times: Timings) -> dict:
         raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
+    identity = _start_identity(cfg)
     if cfg.vae or cfg.text_encoder:
         start_device(cfg, times)
     vae = load_autoencoder(cfg, times) if cfg.vae else None  # first: a wrong --vae fails in seconds, not after decoding
@@ -128,7 +129,7 @@ def _convert(cfg: ConvertConfig, times: Timings) -> dict:
                 with times.timed("first samples encoded"):
                     first = next(stream)
             if text_encoder is not None:
-                text_cache = caption_cache(cfg, text_encoder, tmp, first)
+                text_cache = caption_cache(cfg, text_encoder, tmp, first, identity)
                 if vae is None and (captions := listed_captions(cfg, source)) is not None:
                     text_cache.encode_ahead(captions)  # apart from the samples: see encode_share
                 stream = text_cache.stream(chain([first], stream))
@@ -191,6 +192,16 @@ def _close(stream) -> None:
         stream.close()
     except Exception:  # the error being handled is the one to report
         pass
+
+
+def _start_identity(cfg: ConvertConfig):
+    """The text encoder's sha256 for the manifest (rank 0's), from now on beside the imports and the loads: a read of
+    its whole folder, seconds for a large one."""
+    if not cfg.text_encoder or _rank() > 0:
+        return None
+    from .textenc.identity import sha256_soon
+
+    return sha256_soon(Path(cfg.text_encoder))
 
 
 def _rank() -> int:

@@ -53,9 +53,10 @@ def finish_all(writers: dict, root: Path, workers: int, times: Timings) -> dict:
         return {n: {"files": describe_files(root, f, workers)} for n, f in files.items()}
 
 
-def caption_cache(cfg, encoder, root: Path | None, first: Chunk | None = None):
+def caption_cache(cfg, encoder, root: Path | None, first: Chunk | None = None, identity=None):
     """The writer of `text/` (dataprep.textcache), for samples that have captions (`first` None: listed already);
-    `root` None: a rank other than 0 under torchrun, which encodes its share and writes nothing."""
+    `root` None: a rank other than 0 under torchrun, which encodes its share and writes nothing. `identity`: the
+    encoder's hash, where the conversion started it."""
     from .convert_config import ConvertError
     from .textcache import TextCacheWriter
 
@@ -64,7 +65,7 @@ def caption_cache(cfg, encoder, root: Path | None, first: Chunk | None = None):
             f"{cfg.input or cfg.source}: no captions to encode with --text-encoder; give the samples caption files "
             "or metadata, or pass --caption-template"
         )
-    return TextCacheWriter(root, encoder, cfg.text_dtype, cfg.batch_size)
+    return TextCacheWriter(root, encoder, cfg.text_dtype, cfg.batch_size, identity)
 
 
 def finish_cache(cache, root: Path, workers: int, times: Timings) -> dict:

@@ -55,7 +55,8 @@ class TextCacheWriter:
     every rank sees the same captions and takes every world_size-th batch; rank 0 gathers them and writes (the
     batches are those one process encodes, so the table is the same); the other ranks pass `out_dir=None`."""
 
-    def __init__(self, out_dir: Path | None, encoder, dtype: str, batch_size: int) -> None:
+    def __init__(self, out_dir: Path | None, encoder, dtype: str, batch_size: int, identity=None) -> None:
+        """`identity`: the encoder's sha256 (textenc.identity.sha256_soon) where it was started already."""
         if dtype not in DTYPES:
             raise ValueError(f"text dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
         self.encoder, self.dtype, self.batch_size = encoder, dtype, batch_size
@@ -71,15 +72,11 @@ class TextCacheWriter:
         self._identity = None  # the encoder's sha256 for the manifest, once hashed
         self._ahead, self._stop = None, threading.Event()  # encode_ahead's thread; set: abandon its captions
         if self.root is not None:
-            from .textenc.identity import encoder_sha256
+            from .textenc.identity import sha256_soon
 
             self.root.mkdir()
             self._tokens, self._pooled = open(self.root / TOKENS, "wb", 0), open(self.root / POOLED, "wb", 0)
-            # 5 GB and 5 s for a T5-XL-sized encoder: hashed beside the encoding (hashlib lets go of the GIL); hashed
-            # after the last caption, it halved that conversion's caption rate
-            hasher = ThreadPoolExecutor(1, thread_name_prefix="text-encoder-sha256")
-            self._identity = hasher.submit(encoder_sha256, Path(encoder.name))
-            hasher.shutdown(wait=False)  # its one hash still runs to the end
+            self._identity = identity or sha256_soon(Path(encoder.name))
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The chunks unchanged, their captions encoded on the way (a caption seen before is not encoded again);

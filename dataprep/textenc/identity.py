@@ -5,6 +5,8 @@ caption for that data."""
 from __future__ import annotations
 
 import hashlib
+import threading
+from concurrent.futures import Future
 from pathlib import Path
 
 from common.paths import open_regular
@@ -26,6 +28,22 @@ def encoder_sha256(folder: Path) -> str:
         h.update(path.relative_to(folder).as_posix().encode() + b"\0")
         h.update(file_sha256(path).encode())
     return h.hexdigest()
+
+
+def sha256_soon(folder: Path) -> Future:
+    """encoder_sha256(folder), computed on a thread of its own (hashlib lets go of the GIL). 5 GB and 5 s for a
+    T5-XL-sized encoder: hashed after the last caption, it halved that conversion's caption rate; a conversion starts
+    it before importing and loading the encoder. A daemon thread: a process that fails first does not wait for it."""
+    done: Future = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(encoder_sha256(folder))
+        except BaseException as e:  # raised where the result is asked for
+            done.set_exception(e)
+
+    threading.Thread(target=run, name="text-encoder-sha256", daemon=True).start()
+    return done
 
 
 def check_encoder_identity(encoder, text: dict, data: str) -> None:

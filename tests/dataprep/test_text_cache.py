@@ -117,6 +117,44 @@ def test_the_encoders_weights_are_hashed_beside_the_encoding(text_encoders, tmp_
     assert text["encoder"]["sha256"] == real(text_encoders["t5"])
 
 
+def test_a_conversion_hashes_the_encoder_before_it_loads_it(captioned, text_encoders, tmp_path, monkeypatch):
+    """convert --text-encoder starts the encoder's hash before importing and loading the encoder (seconds each for a
+    large one), on a thread of its own, once."""
+    import threading
+
+    import dataprep.textenc as textenc
+    import dataprep.textenc.identity as identity
+
+    real_hash, real_soon, real_load, events = (
+        identity.encoder_sha256,
+        identity.sha256_soon,
+        textenc.load_text_encoder,
+        [],
+    )
+
+    def hashed(folder):
+        events.append(("hash", threading.current_thread().name))
+        return real_hash(folder)
+
+    def soon(folder):
+        events.append(("start", threading.current_thread().name))
+        return real_soon(folder)
+
+    def loaded(*args, **kwargs):
+        events.append(("load", threading.current_thread().name))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(identity, "encoder_sha256", hashed)
+    monkeypatch.setattr(identity, "sha256_soon", soon)
+    monkeypatch.setattr(textenc, "load_text_encoder", loaded)
+    args = ["convert", "--input", str(captioned), "--format", "hdf5", "--quiet", "--output", str(tmp_path / "out")]
+    r = CliRunner().invoke(cli, [*args, "--text-encoder", str(text_encoders["t5"]), "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert [e for e, _ in events if e != "hash"] == ["start", "load"], events
+    assert [t for e, t in events if e == "hash"] == ["text-encoder-sha256"], events
+    assert load_manifest(tmp_path / "out")["text"]["encoder"]["sha256"] == real_hash(text_encoders["t5"])
+
+
 def test_text_encoder_needs_captions(text_encoders, tmp_path):
     """--text-encoder on samples without captions: one line saying how to give them some, nothing written."""
     make_cifar_pickles(tmp_path / "in", n_per_batch=4)
