@@ -3,8 +3,8 @@ over the ranks' gloo group (common.ranks.host_group).
 
 A batch is (each caption's valid token rows, the pooled vectors): sent as three tensors, a header of int64 (the
 caption count, the row count, each caption's rows, padded to the batch size), the rows one after another and the
-pooled vectors, so rank 0 allocates each before it arrives. Pickled (`gather_object`) the same batches reached rank 0
-at about 300 MB/s: 4 GPUs of T5-XL-sized embeddings (4 KiB a token) encoded no faster than one."""
+pooled vectors, so rank 0 allocates each before it arrives. Pickled (`gather_object`), the same batches reached rank 0
+at about 300 MB/s, and 4 GPUs encoded T5-XL-sized captions (4 KiB a token) 1.73× as fast as one; sent raw, 2.95×."""
 
 from __future__ import annotations
 

@@ -211,6 +211,25 @@ def test_listed_captions_are_encoded_apart_from_the_samples_into_the_same_table(
     assert verify(tmp_path / "ahead") == []
 
 
+def test_a_bad_image_stops_the_encoding_ahead_and_leaves_nothing(captioned, text_encoders, tmp_path):
+    """A file that does not decode ends the conversion with its name while the listed captions are being encoded on
+    their thread: that thread stops, and no output is left."""
+    import threading
+
+    bad = tmp_path / "in"
+    shutil.copytree(captioned, bad)
+    victim = sorted(bad.rglob("*.jpg"))[-1]
+    victim.write_bytes(b"not a jpeg")
+    args = ["convert", "--input", str(bad), "--format", "hdf5", "--quiet", "--batch-size", "2", "--workers", "1"]
+    r = CliRunner().invoke(cli, [*args, "--text-encoder", str(text_encoders["t5"]), "--output", str(tmp_path / "out")])
+    assert r.exit_code != 0 and victim.name in r.output, r.output
+    assert not (tmp_path / "out").exists()
+    ahead = [t for t in threading.enumerate() if t.name.startswith("text-encode")]
+    for t in ahead:
+        t.join(timeout=10)  # its last batch, at most
+    assert not [t for t in ahead if t.is_alive()]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("input_", ["templates", "caption files"])
 def test_torchrun_ranks_write_the_table_one_process_writes(captioned, text_encoders, tmp_path, input_):
