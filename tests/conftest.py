@@ -1,6 +1,6 @@
 """Fixtures shared by the test folders: the real data in ../shared/datasets, unpacked once per session, synthetic
-and latent data sets, the SeaweedFS server, the gpu marker, and a compile cache of the tests' own. A fixture that only
-one folder's tests use lives in that folder's conftest.py."""
+and latent data sets, the SeaweedFS server, the gpu marker, and a compile cache and a hash book of the tests' own. A
+fixture that only one folder's tests use lives in that folder's conftest.py."""
 
 from __future__ import annotations
 
@@ -21,6 +21,15 @@ def compile_cache(tmp_path_factory) -> Iterator[Path]:
     path = tmp_path_factory.mktemp("compile-cache")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GPUFEED_COMPILE_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hash_book(tmp_path_factory) -> Iterator[Path]:
+    """Large files' remembered hashes (dataprep.hashbook) go to a book of the tests' own, not the user's."""
+    path = tmp_path_factory.mktemp("hash-book") / "sha256.json"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUFEED_HASH_BOOK", str(path))
         yield path
 
 

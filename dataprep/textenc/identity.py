@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common.paths import open_regular
 
-from ..digest import file_sha256
+from ..hashbook import remembered_sha256
 from .base import TextEncoderError
 
 
@@ -22,11 +22,12 @@ def config_sha256(folder: Path) -> str:
 
 def encoder_sha256(folder: Path) -> str:
     """sha256 over a text encoder folder's files (names and contents, in name order): the weights as saved, whatever
-    dtype a process loads them in, and the tokenizer, which decides the tokens as much as the weights do."""
+    dtype a process loads them in, and the tokenizer, which decides the tokens as much as the weights do. The
+    weights' own hashes are remembered between runs (dataprep.hashbook)."""
     h = hashlib.sha256()
     for path in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
         h.update(path.relative_to(folder).as_posix().encode() + b"\0")
-        h.update(file_sha256(path).encode())
+        h.update(remembered_sha256(path).encode())
     return h.hexdigest()
 
 
