@@ -82,8 +82,11 @@ class GpuResidentLoader(Loader):
             problem = f"sample {first} holds NaN or Inf, which would make the loss NaN"
             raise DamagedDataError(f"{self.data_dir}: {problem}; {fix(self.data_dir)}")
 
+    def _seed(self, salt: int) -> int:
+        return (self.opts.seed * 100_003 + self.epoch) * 2 + salt
+
     def _generator(self, salt: int) -> torch.Generator:
-        return torch.Generator(device=self.x.device).manual_seed((self.opts.seed * 100_003 + self.epoch) * 2 + salt)
+        return torch.Generator(device=self.x.device).manual_seed(self._seed(salt))
 
     def _indices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """This rank's order for the epoch, on the host and on the device. Drawn on the host: reading a device
@@ -91,8 +94,8 @@ class GpuResidentLoader(Loader):
         while the next ones are launched (seen at each epoch start of a captioned run)."""
         o, n = self.opts, len(self.y)
         # every rank draws the same permutation (same seed and epoch) and takes its own stride of it
-        seed = (o.seed * 100_003 + self.epoch) * 2
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)) if o.shuffle else torch.arange(n)
+        host = torch.Generator().manual_seed(self._seed(0))
+        order = torch.randperm(n, generator=host) if o.shuffle else torch.arange(n)
         mine = order[o.rank :: o.world_size]
         mine = mine[: n // o.world_size] if o.drop_last else mine
         cuda = self.x.device.type == "cuda"
