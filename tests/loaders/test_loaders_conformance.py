@@ -237,6 +237,41 @@ def test_flip_is_half_and_only_flips(images, backend, device):
     assert 0.35 < mirrored.mean() < 0.65
 
 
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("backend", ALL)
+@pytest.mark.parametrize("data", DATA)
+def test_a_batch_does_not_wait_for_queued_steps(request, data, backend, device):
+    """A batch fetched while a training step is still queued on the GPU comes without waiting for it, flipped and
+    drawn. A copy from pageable memory (or a read-back) would wait, and the GPU would then idle inside the next step
+    while the host launches it: lost time that no wait for input shows."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device (run `pytest -m gpu` on the GPU machine)")
+    step_s = 1.0
+    with build_loader(
+        backend, request.getfixturevalue(data), batch_size=32, workers=2, device=device, shuffle=True, augment=True
+    ) as loader:
+        batches = iter(loader)
+        next(batches)  # workers, pipelines and page-locked buffers started
+        torch.cuda.synchronize()
+        torch.cuda._sleep(_cycles(step_s))
+        t0 = time.perf_counter()
+        next(batches)
+        waited = time.perf_counter() - t0
+        torch.cuda.synchronize()
+    assert waited < step_s / 2, f"{backend}: the batch took {waited:.2f} s, waiting for the {step_s} s step queued"
+
+
+def _cycles(seconds: float) -> int:
+    """GPU clock cycles of torch.cuda._sleep that take about `seconds` on this device."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)  # the kernel loaded before it is timed
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return int(10_000_000 * seconds * 1000 / start.elapsed_time(end))
+
+
 def settled_thread_count(target: int | None = None, timeout: float = 5.0) -> int:
     """OS threads of this process once the stragglers are gone: multiprocessing queue feeder threads exit on their
     own shortly after close(), so wait (up to `timeout`) for the count to reach `target`, or to stop changing."""
