@@ -144,16 +144,6 @@ def flip_mask(n: int, opts: LoaderOptions, epoch: int, batch_index: int) -> torc
     return torch.rand(n, generator=g) < 0.5
 
 
-def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on `device` without waiting for the GPU. CUDA copies from pageable memory only after the work
-    queued before them, so the host would wait for the step in flight, and the GPU then idle inside the next step
-    while the host launches it, where no wait for input shows. From page-locked memory (PyTorch's pool reuses it)
-    the copy is queued like a kernel."""
-    if device.type != "cuda":
-        return t
-    return t.pin_memory().to(device, non_blocking=True)
-
-
 def noise_generator(device: torch.device, opts: LoaderOptions, epoch: int, batch_index: int) -> torch.Generator:
     """The latent draws of a batch: a generator on the batch's device seeded by (seed, rank, epoch, batch)."""
     # ints only: a str in the tuple would hash differently in every interpreter (PYTHONHASHSEED), so a run resumed in
@@ -170,7 +160,7 @@ def finish_latents(
     as diffusers' latent diffusion scripts scale it."""
     view = x[:, 0]
     if flip is not None and x.shape[1] > 1:
-        view = torch.where(to_device(flip, x.device)[:, None, None, None, None], x[:, 1], view)
+        view = torch.where(flip.to(x.device, non_blocking=True)[:, None, None, None, None], x[:, 1], view)
     z = view[:, 0].float()
     if noise is not None:
         eps = torch.randn(z.shape, device=z.device, generator=noise)
@@ -184,7 +174,7 @@ def finish_images(x: torch.Tensor, dtype: torch.dtype, flip: torch.Tensor | None
     """uint8 NHWC on device -> dtype NCHW in [-1, 1] (x / 127.5 - 1), mirrored where `flip`, channels_last on CUDA."""
     x = x.permute(0, 3, 1, 2)
     if flip is not None:
-        x = torch.where(to_device(flip, x.device)[:, None, None, None], x.flip(3), x)
+        x = torch.where(flip.to(x.device, non_blocking=True)[:, None, None, None], x.flip(3), x)
     x = x.to(dtype).div_(127.5).sub_(1.0)
     return x.contiguous(memory_format=torch.channels_last) if x.is_cuda else x.contiguous()
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from . import LoaderError
-from .base import Batch, Loader, finish_audio, finish_images, finish_latents, noise_generator, to_device
+from .base import Batch, Loader, finish_audio, finish_images, finish_latents, noise_generator
 
 MAX_FREE_FRACTION = 0.5  # the model, its activations and the optimizer need the rest
 
@@ -98,7 +98,8 @@ class GpuResidentLoader(Loader):
         order = torch.randperm(n, generator=host) if o.shuffle else torch.arange(n)
         mine = order[o.rank :: o.world_size]
         mine = mine[: n // o.world_size] if o.drop_last else mine
-        return mine, to_device(mine, self.x.device)
+        cuda = self.x.device.type == "cuda"
+        return mine, (mine.pin_memory() if cuda else mine).to(self.x.device, non_blocking=cuda)
 
     def __iter__(self) -> Iterator[Batch]:
         order, idx = self._indices()

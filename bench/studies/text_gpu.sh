@@ -5,6 +5,7 @@
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh study   # text_cache: cached vs online, CLIP-L- and T5-XL-sized
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh rate    # the encoders alone vs the conversion's caption writer
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, every backend on cached latents + text, 2 cores
+#                                                                 # (BACKENDS, GRID_WORKERS: fewer, or other counts)
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # that data on a SeaweedFS store here, from s3://
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh convert4  # convert --vae / --text-encoder on 1 GPU, then 4
 #
@@ -70,8 +71,8 @@ store() {  # a SeaweedFS server on 127.0.0.1 with a bucket "data", its AWS_* var
 
 textgrid() {  # textgrid DATA OUT ARGS...: dit_b2_text b256 compiled at 2 cores, each loader against the data-free rate
   # (--resume: the same step run again on the same machine goes on where its time limit stopped it)
-  python3 -m bench loaders --resume --data "$1" --model dit_b2_text --compile --precision bf16 --pin-memory on --workers 2 \
-    --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 --repeats "${REPEATS:-3}" \
+  python3 -m bench loaders --resume --data "$1" --model dit_b2_text --compile --precision bf16 --pin-memory on \
+    --workers "${GRID_WORKERS:-2}" --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 --repeats "${REPEATS:-3}" \
     --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$2" "${@:3}" 2>&1 | tail -12
 }
 
