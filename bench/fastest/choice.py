@@ -128,14 +128,27 @@ def matching(
 
 def measured_spread(rows: list[dict], grid_id: str | None = None) -> tuple[float, str]:
     """The relative range of the data-free runs among `rows` (one setting), of grid `grid_id` if it has two or
-    more, else of every grid; DEFAULT_SPREAD when fewer than two were run. Returns (spread, where it came from)."""
+    more, else of every grid (across GPUs, the widest of one GPU's repeats); DEFAULT_SPREAD when fewer than two were
+    run. Returns (spread, where it came from)."""
     free = [r for r in rows if r["kind"] == "data_free" and not r["error"] and r.get("samples_per_s")]
     for runs, where in (([r for r in free if r.get("grid_id") == grid_id], f"grid {grid_id}"), (free, "all grids")):
+        # a grid resumed on another GPU: two GPUs differ by more than either varies, and each loader run is set
+        # against its own GPU's rate, so the spread is the widest of one GPU's repeats where a GPU has them
+        by_gpu: dict = {}
+        for r in runs:
+            by_gpu.setdefault(r.get("gpu_uuid"), []).append(r["samples_per_s"])
+        repeated = [v for v in by_gpu.values() if len(v) >= 2]
+        if len(by_gpu) > 1 and repeated:
+            spread, n = max((_relative_range(v), len(v)) for v in repeated)
+            return spread, f"the range of {n} data-free runs ({where}, the widest of {len(by_gpu)} GPUs')"
         if len(runs) >= 2:
             rates = [r["samples_per_s"] for r in runs]
-            spread = (max(rates) - min(rates)) / statistics.median(rates)
-            return spread, f"the range of {len(runs)} data-free runs ({where})"
+            return _relative_range(rates), f"the range of {len(runs)} data-free runs ({where})"
     return DEFAULT_SPREAD, f"the default {DEFAULT_SPREAD:.0%}: no data-free run was repeated"
+
+
+def _relative_range(rates: list[float]) -> float:
+    return (max(rates) - min(rates)) / statistics.median(rates)
 
 
 def _range(g: dict, spread: float) -> tuple[float, float]:

@@ -77,6 +77,7 @@ def flat(rec: dict) -> dict:
     row["nproc"] = j.get("nproc") or 1  # absent before ranks were a knob
     row["grad_sync"] = j.get("grad_sync") or "ddp"  # absent before it was a knob: DDP as shipped
     row["digest"] = rec.get("data", {}).get("digest", "")
+    row["gpu_uuid"] = rec.get("run", {}).get("hardware", {}).get("gpu_uuid")  # a resumed grid may span GPUs
     row |= {k: f.get(k) for k in CSV_COLUMNS if k in f and not isinstance(f.get(k), dict)}
     if isinstance(f.get("starvation"), dict):
         s = f["starvation"]

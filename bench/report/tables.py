@@ -132,14 +132,8 @@ def write_report(results_dir: Path) -> Path:
         png = plot_scenario(gs, free, png, scenario_title(gs[0]))
         lines += [f"## {scenario_title(gs[0])}", ""]
         if free:
-            rates = sorted(r["samples_per_s"] for r in free)
             alone = f" of {free[0]['model']}, what each ceiling is set against" if gs[0]["model"] == "none" else ""
-            lines += [
-                f"Data-free rate{alone} (the model on a batch already on the device): median "
-                f"{_fmt(statistics.median(rates))} samples/s, range {_fmt(min(rates))}–{_fmt(max(rates))} over "
-                f"{len(rates)} runs.",
-                "",
-            ]
+            lines += [f"Data-free rate{alone} (the model on a batch already on the device): {_free_rates(free)}.", ""]
         head = header(gs[0]["model"] == "none", gs[0]["nproc"] > 1)
         lines += [head, *[_row(g) for g in gs], "", "Best configuration per backend:", "", head]
         lines += [*[_row(g) for g in best_per_backend(gs)], "", f"![{scenario_title(gs[0])}]({png.name})", ""]
@@ -150,6 +144,23 @@ def write_report(results_dir: Path) -> Path:
     md = results_dir / "results.md"
     write_text(md, "\n".join(lines) + "\n")
     return md
+
+
+def _free_rates(free: list[dict]) -> str:
+    """Median and range of the data-free runs; of each GPU's apart where a resumed grid ran on several (each loader
+    run is set against its own GPU's)."""
+    by_gpu = defaultdict(list)
+    for r in free:
+        by_gpu[r.get("gpu_uuid")].append(r["samples_per_s"])
+
+    def told(rates: list[float]) -> str:
+        lo, hi = min(rates), max(rates)
+        return f"median {_fmt(statistics.median(rates))} samples/s, range {_fmt(lo)}–{_fmt(hi)} over {len(rates)} runs"
+
+    if len(by_gpu) == 1:
+        return told(next(iter(by_gpu.values())))
+    each = [f"GPU {(uuid or 'unknown')[:8]}: {told(rates)}" for uuid, rates in by_gpu.items()]
+    return "; ".join(each) + " (each loader run is set against its own GPU's)"
 
 
 def _same(row: dict, key: tuple, model: str) -> bool:

@@ -194,6 +194,32 @@ def test_committed_h100_results_pick_by_the_measured_spread():
     assert by[("ffcv", 8, None)]["vs_data_free"] < 0.99
 
 
+def test_a_grid_resumed_on_another_gpu_ties_by_one_gpus_spread():
+    """Finding 1's cells at 0 and 8 workers ran on two H200s (data-free 6,825-6,858 and 7,011-7,017 samples/s): the
+    spread is the wider of one GPU's runs (0.5%), not the 2.8% between the GPUs, which would tie every loader with
+    the fastest."""
+    results = Path(__file__).resolve().parents[2] / "bench" / "results" / "f1_more_h200"
+    rows = [flat(json.loads(p.read_text())) for p in sorted(results.glob("*-r*.json"))]
+    groups = latest_groups(rows)
+    spread, where = measured_spread(rows, groups[0]["grid_id"])
+    assert spread == pytest.approx((6858 - 6825) / 6841.8, abs=2e-4)
+    assert "the widest of 2 GPUs'" in where
+
+
+def test_the_report_gives_each_gpus_data_free_rate(tmp_path):
+    """The report of a grid resumed on another GPU gives each GPU's data-free rate apart, as its loader runs are set
+    against them, not one median over both."""
+    import shutil
+
+    from bench.report.tables import write_report
+
+    for p in (Path(__file__).resolve().parents[2] / "bench" / "results" / "f1_more_h200").glob("*-r*.json"):
+        shutil.copy(p, tmp_path)
+    text = write_report(tmp_path).read_text()
+    assert "GPU e2fa6d60: median 6,842 samples/s, range 6,825–6,858 over 2 runs" in text
+    assert "GPU 3432a458: median 7,014 samples/s, range 7,011–7,017 over 2 runs" in text
+
+
 def test_median_of_repeats_and_only_matching_latest_results_count(data_dir, tmp_path):
     """Other data, model, batch size, precision or compile setting never count; an older grid is ignored; repeats are
     combined by median."""

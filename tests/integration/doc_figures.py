@@ -82,6 +82,15 @@ F9_GRID = tuple(  # the pinned grid on 2 cores: every local backend, then the st
 F9_S3 = tuple(
     f"f9_text_h200/grids3_cpus2/stream-w2-pinon-bs256-dit_b2_text-cpus2-bf16-compiled-r{r}.json" for r in range(3)
 )
+F9_AGAIN = {  # the third grid on 2 cores, on today's code: each cell's runs
+    c: tuple(
+        sorted(
+            f"f9_text_h200/grid_again_cpus2/{p.name}"
+            for p in (RESULTS / "f9_text_h200/grid_again_cpus2").glob(f"{c}-*-r*.json")
+        )
+    )
+    for c in ("dali-w2", "dali-w1", "hdf5-w2", "torch-w2")
+}
 F9_RATE = "f9_text_h200/rate/encoder_rates.json"
 F9_RATE2 = "f9_text_4xh200/rate/encoder_rates.json"  # after the encoder's hash moved beside the encoding
 ROW = "| {:,.0f} | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) |"  # a writer-rate table's row after its name
@@ -94,7 +103,20 @@ F1W = {  # finding 1 on today's code: each backend's fresh processes at 4 worker
     for b in ("datafree", "dali", "gpu", "ffcv", "torch", "hdf5")
 }
 F1W = {b: tuple(f"f1_w4_h200/{n}" for n in names) for b, names in F1W.items()}
-F1M = "f1_more_h200/results.csv"  # finding 1's 0 and 8 workers on today's code
+F1M = "f1_more_h200/results.csv"  # finding 1's 0 and 8 workers pinned, 4 unpinned, on today's code (two H200s)
+F1M_FREE = tuple(sorted(f"f1_more_h200/{p.name}" for p in (RESULTS / "f1_more_h200").glob("datafree-*.json")))
+F1M_ROWS = (  # its table: (name, backend, workers as in the CSV, as shown, pin, the row as written)
+    ("torch (baseline)", "torch", "0", "0", "on", (1516, 1251, 1884, 0.222, 0.758)),
+    ("torch (baseline)", "torch", "4", "4", "off", (6327, 6226, 6424, 0.902, 0.024)),
+    ("torch (baseline)", "torch", "8", "8", "on", (6843, 6819, 6928, 0.997, 0.003)),
+    ("hdf5", "hdf5", "0", "0", "on", (6391, 4507, 6493, 0.934, 0.008)),
+    ("hdf5", "hdf5", "4", "4", "off", (5795, 5708, 6276, 0.826, 0.036)),
+    ("hdf5", "hdf5", "8", "8", "on", (6831, 6391, 6956, 0.992, 0.002)),
+    ("ffcv", "ffcv", "1", "1 (0 asked)", "–", (6793, 6787, 6943, 0.992, 0.002)),
+    ("ffcv", "ffcv", "8", "8", "–", (6966, 6804, 6989, 0.994, 0.002)),
+    ("dali", "dali", "1", "1 (0 asked)", "–", (7000, 6851, 7038, 1.001, 0.000)),
+    ("dali", "dali", "8", "8", "–", (7000, 6873, 7011, 0.999, 0.000)),
+)
 F9_CONVERT = {  # convert --vae / --text-encoder on 1 and 4 GPUs: (folder, what it converted)
     "vae": ("f9_convert_4xh200", "vae"),
     "vae_stages": ("f9_convert_4xh200_stages", "vae"),
@@ -191,6 +213,14 @@ def _f1m_row(rows: list[dict], backend: str, workers: str) -> tuple:
     return (*_spread(rates), *(statistics.median(float(r[c]) for r in mine) for c in ("vs_data_free", "starvation")))
 
 
+def _per_gpu_free(runs: tuple) -> tuple:
+    """Each GPU's data-free median, range and run count, in the order the GPUs first ran."""
+    by: dict = {}
+    for r in sorted(runs, key=lambda r: r["run"]["when"]):
+        by.setdefault(r["run"]["hardware"]["gpu_uuid"], []).append(r["figures"]["samples_per_s"])
+    return tuple(x for v in by.values() for x in (*_spread(v), len(v)))
+
+
 def _starts(record: dict, backend: str) -> dict:
     return next(r for r in record["rows"] if r["backend"] == backend)
 
@@ -198,6 +228,12 @@ def _starts(record: dict, backend: str) -> dict:
 def _torch_starts(record: dict) -> tuple:
     torch_row = _starts(record, "torch")
     return min(torch_row["first_ms"]), max(torch_row["first_ms"]), torch_row["rest_median_ms"]
+
+
+def _both(xs: list[float]) -> tuple:
+    """The median and the value every run rounds to (to 0.1%), NaN where they round apart."""
+    same = len({f"{x:.1%}" for x in xs}) == 1
+    return statistics.median(xs), xs[0] if same else float("nan")
 
 
 def _spread(xs: list[float]) -> tuple:
@@ -264,25 +300,11 @@ def _d(s: dict) -> tuple:
 W = "samples_per_s"
 FIGURES = (
     Figure(
-        (README,),
-        "(4,988 samples/s data-free on an H100, commit 21a7140)",
-        F1,
-        lambda t: (med(t, W, **DF),),
-        "({:,.0f} samples/s data-free on an H100, commit 21a7140)",
-    ),
-    Figure(
         (BENCHMARKS,),
         "**`train --loader fastest` takes hdf5 with 8 workers and pin_memory: 4,983 samples/s",
         F1,
         lambda t: (med(t, W, **HDF5_8),),
         "**`train --loader fastest` takes hdf5 with 8 workers and pin_memory: {:,.0f} samples/s",
-    ),
-    Figure(
-        (README,),
-        "left the GPU idle 66.5% of the time, 31% of the data-free rate",
-        F1,
-        lambda t: (med(t, "starvation", **TORCH_0), med(t, "vs_data_free", **TORCH_0)),
-        "left the GPU idle {:.1%} of the time, {:.0%} of the data-free rate",
     ),
     Figure(
         (README,),
@@ -302,29 +324,35 @@ FIGURES = (
     ),
     Figure(
         (README,),
-        "without workers reached 24.8% of today's model (2 runs) and 99.8% with 8 workers; HDF5 fell short "
-        "again (94.2% "
-        "and 96.6% at 0 and 8 workers)",
+        "the tutorial DataLoader without workers reached 22.2% of today's model and 99.7% with 8 workers; HDF5 "
+        "reached 93.4% (one run 64.3%) and 99.2% at 0 and 8 workers. With pin_memory off at 4 workers, the "
+        "DataLoader over files reached 90.2% and HDF5 82.6%",
         F1M,
-        lambda t: tuple(
-            _f1m_row(t, b, w)[3] for b, w in (("torch", "0"), ("torch", "8"), ("hdf5", "0"), ("hdf5", "8"))
+        lambda t: (
+            *(_f1m_row(t, b, w)[3] for b, w in (("torch", "0"), ("torch", "8"), ("hdf5", "0"))),
+            min(float(r["vs_data_free"]) for r in t if r["backend"] == "hdf5" and r["workers"] == "0"),
+            *(_f1m_row(t, b, w)[3] for b, w in (("hdf5", "8"), ("torch", "4"), ("hdf5", "4"))),
         ),
-        "without workers reached {:.1%} of today's model (2 runs) and {:.1%} with 8 workers; HDF5 fell short again "
-        "({:.1%} and {:.1%} at 0 and 8 workers)",
+        "the tutorial DataLoader without workers reached {:.1%} of today's model and {:.1%} with 8 workers; HDF5 "
+        "reached {:.1%} (one run {:.1%}) and {:.1%} at 0 and 8 workers. With pin_memory off at 4 workers, the "
+        "DataLoader over files reached {:.1%} and HDF5 {:.1%}",
+    ),
+    *(
+        Figure(
+            (BENCHMARKS,),
+            f"| {name} | {shown} | {pin} | " + "{:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} |".format(*row),
+            F1M,
+            lambda t, b=b, w=w: _f1m_row(t, b, w),
+            f"| {name} | {shown} | {pin} | " + "{:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} |",
+        )
+        for name, b, w, shown, pin, row in F1M_ROWS
     ),
     Figure(
         (BENCHMARKS,),
-        "| torch (baseline) | 0 | on | 1,700 (1,516–1,884) | 24.8% | 73.0% |",
-        F1M,
-        lambda t: _f1m_row(t, "torch", "0"),
-        "| torch (baseline) | 0 | on | {:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} |",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "| hdf5 | 8 | on | 6,611 (6,391–6,831) | 96.6% | 0.2% |",
-        F1M,
-        lambda t: _f1m_row(t, "hdf5", "8"),
-        "| hdf5 | 8 | on | {:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} |",
+        "6,842 samples/s (6,825–6,858, 2 runs) on the first, 7,014 (7,011–7,017, 2 runs) on the second",
+        F1M_FREE,
+        lambda *r: _per_gpu_free(r),
+        "{:,.0f} samples/s ({:,.0f}–{:,.0f}, {} runs) on the first, {:,.0f} ({:,.0f}–{:,.0f}, {} runs) on the second",
     ),
     Figure(
         (README,),
@@ -524,6 +552,54 @@ FIGURES = (
     ),
     Figure(
         (README,),
+        "DALI reached 99.8% (2 runs, both 99.8%; 99.7% with one thread) and the DataLoader over files 96.5% (3 "
+        "runs: 93.7%–96.7%), hdf5 99.5%",
+        F9_AGAIN["dali-w2"] + F9_AGAIN["dali-w1"] + F9_AGAIN["torch-w2"] + F9_AGAIN["hdf5-w2"],
+        lambda *r: (
+            *_both([x["vs_data_free"] for x in r[:2]]),
+            statistics.median(x["vs_data_free"] for x in r[2:4]),
+            *_spread([x["vs_data_free"] for x in r[4:7]]),
+            statistics.median(x["vs_data_free"] for x in r[7:]),
+        ),
+        "DALI reached {:.1%} (2 runs, both {:.1%}; {:.1%} with one thread) and the DataLoader over files {:.1%} "
+        "(3 runs: {:.1%}–{:.1%}), hdf5 {:.1%}",
+    ),
+    *(
+        Figure(
+            (BENCHMARKS,),
+            f"| {name} | " + "{:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} | {:.1f} | {:.1f} | {} |".format(*row),
+            F9_AGAIN[cell],
+            lambda *r: (
+                *_spread([x["figures"][W] for x in r]),
+                statistics.median(x["vs_data_free"] for x in r),
+                statistics.median(x["figures"]["starvation"]["starvation"] for x in r),
+                statistics.median(x["figures"]["starvation"]["wait_p95_ms"] for x in r),
+                statistics.median(x["figures"]["cpu_cores"] for x in r),
+                len(r),
+            ),
+            f"| {name} | " + "{:,.0f} ({:,.0f}–{:,.0f}) | {:.1%} | {:.1%} | {:.1f} | {:.1f} | {} |",
+        )
+        for name, cell, row in (
+            ("dali, 2 threads", "dali-w2", (2241, 2240, 2242, 0.998, 0.004, 47.0, 1.7, 2)),
+            ("dali, 1 thread", "dali-w1", (2238, 2235, 2241, 0.997, 0.004, 40.2, 1.8, 2)),
+            ("hdf5, 2 workers", "hdf5-w2", (2233, 2233, 2234, 0.995, 0.005, 54.4, 1.0, 3)),
+            ("torch (files), 2 workers", "torch-w2", (2166, 2103, 2170, 0.965, 0.039, 228.5, 1.2, 3)),
+        )
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "In a later grid on another H200 DALI reached 99.8%; the DataLoader, which starts its workers again at every "
+        "epoch of 15 steps, 96.5%",
+        F9_AGAIN["dali-w2"] + F9_AGAIN["torch-w2"],
+        lambda *r: (
+            statistics.median(x["vs_data_free"] for x in r[:2]),
+            statistics.median(x["vs_data_free"] for x in r[2:]),
+        ),
+        "In a later grid on another H200 DALI reached {:.1%}; the DataLoader, which starts its workers again at every "
+        "epoch of 15 steps, {:.1%}",
+    ),
+    Figure(
+        (README,),
         "and 99.8% (3 runs: 99.7%–100.1%) in a later grid",
         F9_RESIDENT,
         lambda *r: _spread([x["vs_data_free"] for x in r]),
@@ -551,13 +627,6 @@ FIGURES = (
         "waited {:.0f}–{:.0f} ms for the DataLoader's first batch of each of 4 epochs, against {:.0f} ms for "
         "the others; "
         "hdf5's persistent workers {:.0f}–{:.0f} ms after the first epoch; DALI's first batches {:.0f}–{:.0f} ms",
-    ),
-    Figure(
-        (README,),
-        "(DALI's: 12–23 ms",
-        F9_STARTS,
-        lambda r: (min(_starts(r, "dali")["first_ms"]), max(_starts(r, "dali")["first_ms"])),
-        "(DALI's: {:.0f}–{:.0f} ms",
     ),
     Figure(
         (BENCHMARKS,),
