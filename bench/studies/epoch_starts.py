@@ -38,15 +38,28 @@ def build(root: Path) -> Path:
         return data
     torch.manual_seed(0)
     AutoencoderKL(
-        down_block_types=("DownEncoderBlock2D",), up_block_types=("UpDecoderBlock2D",), block_out_channels=(32,),
-        latent_channels=4, layers_per_block=1, norm_num_groups=8, sample_size=32,
+        down_block_types=("DownEncoderBlock2D",),
+        up_block_types=("UpDecoderBlock2D",),
+        block_out_channels=(32,),
+        latent_channels=4,
+        layers_per_block=1,
+        norm_num_groups=8,
+        sample_size=32,
     ).save_pretrained(root / "vae")
     encoder = make_text_encoder("clip", root / "clip")
     templates = ("a photo of a {label}", "a picture of one {label}, seen from rather far away")
     convert(
         ConvertConfig(
-            output=data, source="synthetic-images", limit=SAMPLES, formats=("files", "hdf5", "dali"), progress=False,
-            vae=str(root / "vae"), device="cpu", text_encoder=str(encoder), caption_templates=templates, workers=2,
+            output=data,
+            source="synthetic-images",
+            limit=SAMPLES,
+            formats=("files", "hdf5", "dali"),
+            progress=False,
+            vae=str(root / "vae"),
+            device="cpu",
+            text_encoder=str(encoder),
+            caption_templates=templates,
+            workers=2,
         )
     )
     return data
@@ -94,11 +107,24 @@ def main(argv: list[str] | None = None) -> int:
                 "waits_ms": got,
             }
             rows.append(row)
-            print(backend, f"first {[round(w) for w in row['first_ms']]} ms, the rest median "
-                  f"{row['rest_median_ms']:.1f} max {row['rest_max_ms']:.1f}", file=sys.stderr)
+            print(
+                backend,
+                f"first {[round(w) for w in row['first_ms']]} ms, the rest median "
+                f"{row['rest_median_ms']:.1f} max {row['rest_max_ms']:.1f}",
+                file=sys.stderr,
+            )
     record = run_record("cpu") | {"cores": len(os.sched_getaffinity(0))}
-    write_json(args.out, {"run": record, "batch_size": BATCH, "samples": SAMPLES, "workers": args.workers,
-                          "step_ms": args.step_ms, "rows": rows})
+    write_json(
+        args.out,
+        {
+            "run": record,
+            "batch_size": BATCH,
+            "samples": SAMPLES,
+            "workers": args.workers,
+            "step_ms": args.step_ms,
+            "rows": rows,
+        },
+    )
     return 0
 
 
