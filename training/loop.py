@@ -116,6 +116,8 @@ def _one_step(run: Run, progress: Progress) -> None:
     while the device still runs the step before, so a loader that keeps up costs the timer nothing."""
     cfg, compiled, log, timer = run.cfg, run.trainer.compiled, run.watch.log, run.watch.timer
     batch = timer.fetch(run.feed.stream)
+    if run.feed.stream.position == 1:
+        timer.mark_epoch_start()
     if progress.first_batch_s is None:
         _first_batch(run, progress, batch)  # outside any timed step
     if compiled is not None and progress.step == run.start_step + cfg.timing_warmup:

@@ -45,6 +45,9 @@ class StarvationSummary:
     # work between steps (fetching the batch too) idles the GPU one for one; near 0 a queued step hides it.
     enqueue_median_ms: float = 0.0
     host_behind: float | None = None
+    # the share of the idle time that fell before the first step of an epoch (None: no epoch began among the measured
+    # steps, or none was marked): near 1 a loader that starts its workers or readers again each epoch is the cause
+    epoch_start_idle: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -73,6 +76,7 @@ class StepTimer:
         self._end: list = []
         self._behind: list[bool] = []  # per step_begin after the first: previous step already done on the device
         self._pauses: list[tuple] = []  # (after step index, host t0, host t1, CUDA event at start, at end)
+        self._epoch_starts: set[int] = set()  # steps whose batch was the first of an epoch
         _latest[0] = self
 
     def fetch(self, it: Iterator[T]) -> T:
@@ -82,6 +86,10 @@ class StepTimer:
         item = next(it)
         self.waits.append(self._clock() - t0)
         return item
+
+    def mark_epoch_start(self) -> None:
+        """The batch just fetched is the first of an epoch."""
+        self._epoch_starts.add(len(self.waits) - 1)
 
     def step_begin(self) -> None:
         self.wall.append(self._clock())
@@ -150,12 +158,14 @@ class StepTimer:
             gaps = [self._end[i].elapsed_time(self._begin[i + 1]) / 1e3 - cut[i] for i in range(first, n - 1)]
             start = self._end[skip - 1] if skip else self._begin[0]
             span = start.elapsed_time(self._end[n - 1]) / 1e3 - sum(cut)
-            idle = sum(max(0.0, g) for g in gaps)
+            idle_before = {i + 1: max(0.0, g) for i, g in zip(range(first, n - 1), gaps)}  # gap i precedes step i+1
             wall_s, source = span, "cuda-events"
         else:
             # the CPU does the step itself, so time blocked on input is time not training
             wall_s = self._end_wall[n - 1] - self._fetch_t0[skip] - sum(t1 - t0 for _, t0, t1, _, _ in pauses)
-            idle, source = sum(waits), "host-wait"
+            idle_before, source = dict(zip(range(skip, n), waits)), "host-wait"
+        idle = sum(idle_before.values())
+        at_starts = [idle_before.get(i, 0.0) for i in self._epoch_starts if skip <= i < n]
         behind = self._behind[skip : n - 1] if self.cuda else []  # _behind[i] is step i+1's begin
         enqueue = [self._end_wall[i] - self.wall[i] for i in range(skip, n)]
         return StarvationSummary(
@@ -169,6 +179,7 @@ class StepTimer:
             source=source,
             enqueue_median_ms=1e3 * statistics.median(enqueue),
             host_behind=sum(behind) / len(behind) if behind else None,
+            epoch_start_idle=sum(at_starts) / idle if at_starts and idle > 0 else None,
         )
 
 

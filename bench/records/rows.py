@@ -22,6 +22,7 @@ WAITS = (
     "starvation_max",
     "host_behind_max",
     "starvation_any",
+    "epoch_start_idle",
 )
 CSV_COLUMNS = [
     "name",
@@ -96,6 +97,7 @@ def flat(rec: dict) -> dict:
             "starvation_any": s.get("starvation_any"),
             "waited_on_rank": s.get("waited_on_rank"),
             "waited_on_share": s.get("waited_on_share"),
+            "epoch_start_idle": s.get("epoch_start_idle"),  # absent before epoch starts were marked
         }
     if "starvation" in f.get("crosscheck", {}):
         row |= {

@@ -14,3 +14,6 @@ NOISE = 0.02  # a knob must beat this configuration by more than the run-to-run 
 BEHIND, UNEXPLAINED = 0.5, 0.03
 # Other programs (or a hypervisor's steal) used more than this share of the cores a run may use: its rates are noise
 BUSY = 0.10
+# Most of the idle time fell at the first batch of an epoch (a DataLoader starting its worker processes again, a
+# reader reopening its files): the verdict names epoch starts as the cause
+EPOCH_STARTS = 0.5

@@ -4,7 +4,7 @@ the single knob change in its grid that raised the rate beyond the run-to-run sp
 from __future__ import annotations
 
 from .rows import KNOBS
-from .thresholds import BEHIND, HIGHLY, INPUT_BOUND, NOISE, UNEXPLAINED
+from .thresholds import BEHIND, EPOCH_STARTS, HIGHLY, INPUT_BOUND, NOISE, UNEXPLAINED
 
 
 def explained(g: dict) -> float | None:
@@ -28,6 +28,17 @@ def _ranks_waited(g: dict) -> str:
     )
     if g.get("starvation_explains") is not None:
         text += f", {g['starvation_explains']:.0%} of the rate lost against the data-free rate"
+    return text
+
+
+def _epoch_starts(g: dict) -> str:
+    """Where most of the waiting fell at the first batch of an epoch, that; else nothing."""
+    share = g.get("epoch_start_idle")
+    if share is None or share < EPOCH_STARTS or g["starvation"] < NOISE / 2:
+        return ""
+    text = f"; {share:.0%} of that at the first batch of an epoch, where the loader starts again"
+    if g.get("backend") == "torch":
+        text += " (a DataLoader starts its worker processes again each epoch unless persistent_workers=True)"
     return text
 
 
@@ -83,7 +94,7 @@ def verdict(g: dict, peers: list[dict]) -> str:
             vs += f" (above it: the rates here vary by {noise:.0%} or more)"
         who = "GPU idle" if g["device"] == "cuda" else "training blocked"
         head = f"{level}: {who} {s:.1%} of the time waiting for input{vs}"
-        head += _ranks_waited(g)
+        head += _ranks_waited(g) + _epoch_starts(g)
         behind, ratio = g.get("host_behind"), g.get("vs_data_free")
         unexplained = ratio is not None and (1 - ratio) - s > UNEXPLAINED
         if s <= INPUT_BOUND and unexplained and behind is not None and behind >= BEHIND:

@@ -113,13 +113,14 @@ class WatchedIterator:
             return next(self._it)
         _local.inside = True
         try:
+            first = self._start is not None
             t0, ev0 = self._start or (now(), _event())
             self._start = None
             drained = ev0 is not None and ev0.query()
             batch = next(self._it)
             t1, ev1 = now(), _event() if ev0 is not None else None
             size = _first_tensor_len(batch) if self._meter.batch_size is None else None
-            self._meter.add(t0, t1, ev0, ev1, drained, size)
+            self._meter.add(t0, t1, ev0, ev1, drained, size, first)
             STATE.after_step(self._meter)
             return batch
         finally:

@@ -43,6 +43,7 @@ class StepMeter:
         self.gpu_t = array("d")  # ms from the first request's event to each request's event (NaN: unresolved)
         self.gap = array("d")  # ms the GPU idled between each request and its delivery (NaN: unresolved / no CUDA)
         self.behind, self.drained = bytearray(), bytearray()
+        self.starts = bytearray()  # 1 where a request was the first of an iterator: an epoch start
         self.batch_size: int | None = None
         self.cuda_steps = 0  # requests that carried CUDA events (none on a CPU-only program)
         self._anchor = None  # the first CUDA event: every request's GPU time is measured from it
@@ -52,14 +53,18 @@ class StepMeter:
     def requests(self) -> int:
         return len(self.t_got)
 
-    def add(self, t_req: float, t_got: float, ev_req=None, ev_got=None, drained: bool = False, batch_size=None):
-        """One delivered batch. `ev_req` was recorded at the request, `ev_got` after delivery (CUDA), or both None."""
+    def add(
+        self, t_req: float, t_got: float, ev_req=None, ev_got=None, drained: bool = False, batch_size=None, first=False
+    ):
+        """One delivered batch. `ev_req` was recorded at the request, `ev_got` after delivery (CUDA), or both None;
+        `first`: the first batch of an iterator (an epoch)."""
         i = len(self.t_got)
         self.t_req.append(t_req)
         self.t_got.append(t_got)
         self.gpu_t.append(float("nan"))
         self.gap.append(float("nan"))
         self.drained.append(drained)
+        self.starts.append(bool(first))
         self.behind.append(bool(ev_req is not None and ev_req.query()))
         if self.batch_size is None and batch_size:
             self.batch_size = batch_size
@@ -104,10 +109,12 @@ class StepMeter:
         wall = self.t_req[n - 1] - self.t_req[a]
         if cuda:
             span = (self.gpu_t[n - 1] - self.gpu_t[a]) / 1e3
-            idle = sum(max(0.0, self.gap[i]) for i in range(a, a + steps)) / 1e3
+            idles = [max(0.0, self.gap[i]) / 1e3 for i in range(a, a + steps)]
             source = "cuda-events"
         else:
-            span, idle, source = wall, sum(waits), "host-wait"
+            span, idles, source = wall, waits, "host-wait"
+        idle = sum(idles)
+        at_starts = [x for x, first in zip(idles, self.starts[a : a + steps]) if first]
         behind = self.behind[a : a + steps]
         drained = self.drained[a : a + steps]
         bs = self.batch_size or 0
@@ -126,6 +133,8 @@ class StepMeter:
             "wait_max_ms": 1e3 * max(waits),
             "host_behind": sum(behind) / steps if cuda else None,
             "drained_at_request": sum(drained) / steps if cuda else None,
+            # the share of the idle time at the first batch of an epoch (None: no epoch began in the measured steps)
+            "epoch_start_idle": sum(at_starts) / idle if at_starts and idle > 0 else None,
             "source": source,
             "window": [self.t_req[a], self.t_req[n - 1]],  # host clock (CLOCK_MONOTONIC, shared by processes)
         }

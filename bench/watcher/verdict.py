@@ -4,7 +4,7 @@ is named, with the usual causes, since no loader can fix that."""
 
 from __future__ import annotations
 
-from ..records.thresholds import BEHIND, HIGHLY, INPUT_BOUND
+from ..records.thresholds import BEHIND, EPOCH_STARTS, HIGHLY, INPUT_BOUND, NOISE
 
 
 def live_line(step: int, f: dict) -> str:
@@ -26,6 +26,12 @@ def verdict(f: dict, vs_data_free: float | None = None) -> str:
     s = f["starvation"]
     who = "the GPU sat idle" if f["source"] == "cuda-events" else "training was blocked"
     words = [f"{level(s)}: {who} {s:.1%} of the time waiting for the next batch"]
+    starts = f.get("epoch_start_idle")
+    if starts is not None and starts >= EPOCH_STARTS and s >= NOISE / 2:
+        words.append(
+            f"{starts:.0%} of that at the first batch of an epoch, where the loader starts again: a DataLoader starts "
+            "its worker processes again every epoch unless persistent_workers=True"
+        )
     if vs_data_free is not None:
         other = max(0.0, 1 - vs_data_free - s)
         words.append(

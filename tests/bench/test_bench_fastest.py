@@ -355,6 +355,22 @@ def test_verdict_names_a_host_that_falls_behind():
     assert "as it does with no input at all" in launch_bound and "pin_memory" not in launch_bound
 
 
+def test_verdict_names_epoch_starts():
+    """Finding 9's plain DataLoader on 2 cores: 3.9% starvation, most of it at the first batch of an epoch, where it
+    starts its workers again; the verdict says so and names the DataLoader's knob (only for the DataLoader). A run that
+    barely waited, or waited elsewhere, is not told about epoch starts."""
+    from bench.records.verdicts import verdict
+
+    g = dict(model="dit_b2_text", device="cuda", backend="torch", starvation=0.039, vs_data_free=0.965)
+    g |= dict(samples_per_s=2166.0, epoch_start_idle=0.94)
+    said = verdict(g, [])
+    assert "94% of that at the first batch of an epoch" in said and "persistent_workers=True" in said
+    dali = verdict(g | dict(backend="dali"), [])
+    assert "first batch of an epoch" in dali and "persistent_workers" not in dali
+    assert "epoch" not in verdict(g | dict(starvation=0.004), [])
+    assert "epoch" not in verdict(g | dict(epoch_start_idle=0.3), [])
+
+
 def test_verdict_names_a_shortfall_inside_the_steps():
     """Finding 1 on today's code: hdf5, 4 workers pinned, 94.6% of the data-free rate at 0.24% starvation, the host
     behind on 0.5% of the steps, NVML's GPU busy 92%: 'not input-bound' alone would hide the 5% lost; the verdict says

@@ -59,6 +59,24 @@ def test_sleeping_loader_starvation_is_sleep_over_sleep_plus_step():
     assert s.gpu_idle_s == pytest.approx(20 * 0.020)
 
 
+def test_the_idle_time_at_epoch_starts_is_its_share():
+    """Epochs of 4 steps whose first batch takes 200 ms and the rest 10 ms, before 30 ms steps: of the 12 measured
+    steps, 3 begin an epoch, so 600 of the 690 ms waited fell at epoch starts; unmarked, there is no such figure."""
+    clock = Clock()
+    timer = StepTimer("cpu", clock=clock)
+    for step in range(14):
+        first = step % 4 == 0
+        timer.fetch(clock.batches(0.200 if first else 0.010))
+        if first:
+            timer.mark_epoch_start()
+        timer.step_begin()
+        clock.now += 0.030
+        timer.step_end()
+    s = timer.summary(skip=2)  # steps 2..13: epoch starts at 4, 8 and 12
+    assert s.epoch_start_idle == pytest.approx(0.600 / 0.690)
+    assert timed_run(0.020, 0.030, steps=10).summary(skip=2).epoch_start_idle is None
+
+
 def test_paused_time_is_neither_training_nor_starvation():
     """A 60 ms pause after every step (a sample grid, a checkpoint) leaves 40% starvation and a 50 ms/step span."""
     s = timed_run(0.020, 0.030, steps=10, pause_s=0.060).summary(skip=2)

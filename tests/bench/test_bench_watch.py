@@ -645,7 +645,6 @@ def test_what_runs_inside_a_program_names_no_package_of_gpufeed():
     too) reach the rest of gpufeed only through relative imports, so they run under a private name and leave the
     names bench, training, loaders and dataprep to the program."""
     import ast
-
     import importlib.util
 
     # tests/integration's module, by its path: a run of tests/bench alone has no other way to it
@@ -945,6 +944,27 @@ def test_a_short_run_keeps_half_its_steps_and_its_verdict_says_how_few():
     assert "warm-up: 6 steps left out, not --timing-warmup 20" in text, text
     assert "(from 5 measured steps: too few to trust" in text
     assert "a busy machine: other programs took up to 50% of the cores" in text
+
+
+def test_waits_at_epoch_starts_are_named():
+    """Epochs of 4 batches whose first takes 200 ms (a DataLoader starting its workers again) and the rest 10 ms, with
+    30 ms steps: 600 of the 680 ms waited fell at epoch starts, and the verdict says where and what keeps workers;
+    an iterator that never started again has no such figure."""
+    from bench.watcher.meter import StepMeter
+    from bench.watcher.verdict import verdict
+
+    meter, t = StepMeter("DataLoader(Set) x4 at known.py:1", warmup=0), 0.0
+    for i in range(12):
+        wait = 0.200 if i % 4 == 0 else 0.010
+        meter.add(t, t + wait, batch_size=4, first=i % 4 == 0)
+        t += wait + 0.030
+    fig = meter.figures(final=True)
+    assert fig["epoch_start_idle"] == pytest.approx(0.600 / 0.680)
+    assert "88% of that at the first batch of an epoch" in verdict(fig) and "persistent_workers=True" in verdict(fig)
+    steady = StepMeter("DataLoader(Set) x12 at known.py:1", warmup=20)  # measures steps 6 to 10
+    for i in range(12):
+        steady.add(i * 0.1, i * 0.1 + 0.05, batch_size=4, first=i == 0)
+    assert steady.figures(final=True)["epoch_start_idle"] is None  # its one start fell in the warm-up
 
 
 @pytest.mark.slow

@@ -171,3 +171,12 @@ def test_the_step_graph_trains_as_the_launched_step(cifar_small, tmp_path, compi
     w, g = (torch.cat([t[k].flatten().double() for k in want if t[k].is_floating_point()]) for t in (want, got))
     apart = (g - w).abs()
     assert (apart > 1e-5 + 1e-3 * w.abs()).double().mean() < 1e-3 and apart.max() < 1e-4, apart.max()
+
+
+def test_the_waits_at_epoch_starts_are_told_apart(synthetic_images, tmp_path):
+    """The plain DataLoader starts its worker processes again every epoch: over 3 epochs of 4 steps, most of the time
+    training waited for input fell at the first batch of an epoch, and the summary says how much."""
+    data = synthetic_images(64, ("files",))
+    cfg = tiny_cfg(data, tmp_path / "run", loader="torch", workers=2, steps=16, timing_warmup=4, ckpt_every=0)
+    share = main(cfg).starvation["epoch_start_idle"]
+    assert share is not None and share > 0.5, share
