@@ -137,18 +137,13 @@ def measured_spread(rows: list[dict], grid_id: str | None = None) -> tuple[float
         by_gpu: dict = {}
         for r in runs:
             by_gpu.setdefault(r.get("gpu_uuid"), []).append(r["samples_per_s"])
-        repeated = [v for v in by_gpu.values() if len(v) >= 2]
-        if len(by_gpu) > 1 and repeated:
-            spread, n = max((_relative_range(v), len(v)) for v in repeated)
-            return spread, f"the range of {n} data-free runs ({where}, the widest of {len(by_gpu)} GPUs')"
-        if len(runs) >= 2:
-            rates = [r["samples_per_s"] for r in runs]
-            return _relative_range(rates), f"the range of {len(runs)} data-free runs ({where})"
+        apart = [v for v in by_gpu.values() if len(v) >= 2] if len(by_gpu) > 1 else []
+        groups = apart or ([[r["samples_per_s"] for r in runs]] if len(runs) >= 2 else [])
+        if groups:
+            spread, n = max(((max(v) - min(v)) / statistics.median(v), len(v)) for v in groups)
+            gpus = f", the widest of {len(by_gpu)} GPUs'" if apart else ""
+            return spread, f"the range of {n} data-free runs ({where}{gpus})"
     return DEFAULT_SPREAD, f"the default {DEFAULT_SPREAD:.0%}: no data-free run was repeated"
-
-
-def _relative_range(rates: list[float]) -> float:
-    return (max(rates) - min(rates)) / statistics.median(rates)
 
 
 def _range(g: dict, spread: float) -> tuple[float, float]:
