@@ -73,8 +73,7 @@ textgrid() {  # textgrid DATA OUT ARGS...: dit_b2_text b256 compiled at 2 cores,
   # (--resume: the same step run again on the same machine goes on where its time limit stopped it)
   python3 -m bench loaders --resume --data "$1" --model dit_b2_text --compile --precision bf16 --pin-memory on \
     --workers "${GRID_WORKERS:-2}" --cpus 2 --batch-size 256 --steps "${STEPS:-60}" --timing-warmup 15 \
-    --repeats "${REPEATS:-3}" \
-    --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$2" "${@:3}" 2>&1 | tail -12
+    --repeats "${REPEATS:-3}" --time-limit "${GRID_MINUTES:-6}" --no-progress --out "$2" "${@:3}" 2>&1 | tail -12
 }
 
 CONVERT=(python3 -m dataprep convert --input "$D/img/train" --size 256 --quiet --timings --overwrite)
