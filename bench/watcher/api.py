@@ -10,7 +10,8 @@ data-free replay) instead of measuring twice."""
 
 from __future__ import annotations
 
-from .hooks import WatchedIterator, loader_key, meter_for
+from .hooks import WatchedIterator, _event, loader_key, meter_for
+from .meter import now
 from .state import STATE, selected
 from .verdict import verdict
 
@@ -18,6 +19,7 @@ from .verdict import verdict
 class Watch:
     def __call__(self, loader, name: str | None = None):
         """An iterator over `loader` (anything iterable) that measures each batch request."""
+        start = (now(), _event())  # before iter(): a DataLoader starts its worker processes there
         it = iter(loader)
         if isinstance(it, WatchedIterator):  # a loader class the hooks know: measured (or replayed) already
             return it
@@ -27,7 +29,7 @@ class Watch:
 
             fresh = [it]
             it = replay_iterator(loader, key, lambda: fresh.pop() if fresh else iter(loader))
-        return WatchedIterator(it, meter_for(label, key))
+        return WatchedIterator(it, meter_for(label, key), start)
 
     def summary(self) -> dict | None:
         """Figures of the training loader (the one consumed most, or the one named with --loader-name) and the

@@ -94,10 +94,11 @@ def _first_tensor_len(batch) -> int | None:
 class WatchedIterator:
     """Delegates to the real iterator; records a request and a delivery around each outermost `next()`."""
 
-    def __init__(self, it, meter: StepMeter) -> None:
+    def __init__(self, it, meter: StepMeter, start: tuple) -> None:
         self._it, self._meter = it, meter
-        # the first request starts when the iterator is asked for: worker start-up is loading too
-        self._start = (now(), _event())
+        # the first request starts when the iterator was asked for (`start`: host time and CUDA event before the
+        # loader's own __iter__, where a DataLoader starts its worker processes): worker start-up is loading too
+        self._start = start
 
     def __iter__(self):
         return self
@@ -147,6 +148,7 @@ def _wrap_iter(cls) -> None:
         if _inside():  # a loader iterated inside another watched loader's __iter__ or next(): not the program's
             return original(self)
         _local.inside = True
+        start = (now(), _event())
         try:
             label, key = loader_key(self)
             if STATE.settings.data_free and selected(label):
@@ -157,7 +159,7 @@ def _wrap_iter(cls) -> None:
                 it = original(self)
         finally:
             _local.inside = False
-        return WatchedIterator(it, meter_for(label, key))
+        return WatchedIterator(it, meter_for(label, key), start)
 
     __iter__._gpufeed_watch = True
     __iter__.__wrapped__ = original

@@ -27,6 +27,7 @@ HEADLINE = (
     "drained_at_request",
     "wait_median_ms",
     "wait_p95_ms",
+    "epoch_start_idle",
     "cpu_cores",
     "nvml_gpu_util_pct",
     "nvml_power_w",

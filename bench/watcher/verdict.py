@@ -27,7 +27,8 @@ def verdict(f: dict, vs_data_free: float | None = None) -> str:
     who = "the GPU sat idle" if f["source"] == "cuda-events" else "training was blocked"
     words = [f"{level(s)}: {who} {s:.1%} of the time waiting for the next batch"]
     starts = f.get("epoch_start_idle")
-    if starts is not None and starts >= EPOCH_STARTS and s >= NOISE / 2:
+    at_starts = starts is not None and starts >= EPOCH_STARTS and s >= NOISE / 2
+    if at_starts:
         words.append(
             f"{starts:.0%} of that at the first batch of an epoch, where the loader starts again: a DataLoader starts "
             "its worker processes again every epoch unless persistent_workers=True"
@@ -51,7 +52,7 @@ def verdict(f: dict, vs_data_free: float | None = None) -> str:
             "non_blocking=True)), or a step too small to keep ahead of its own kernel launches (torch.compile with "
             "mode='reduce-overhead', a larger batch)"
         )
-    elif s > INPUT_BOUND:
+    elif s > INPUT_BOUND and not at_starts:  # more workers would start again each epoch too
         pin = ", pin_memory=True" if f["source"] == "cuda-events" else ""
         words.append(
             f"more loader workers (if cores are free){pin}, or a faster format and loader: "
