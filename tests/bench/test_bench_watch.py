@@ -948,8 +948,7 @@ def test_a_short_run_keeps_half_its_steps_and_its_verdict_says_how_few():
 
 def test_the_first_batch_waits_for_what_iter_starts():
     """The first request of an iterator begins before the loader's own __iter__, where a DataLoader starts its worker
-    processes: that start-up is time training waits for input (left out, a tutorial's loop read 7% starvation under
-    watch where it waited 24%)."""
+    processes: that start-up is time training waits for input."""
     from bench.watcher.api import watch
 
     class SlowStart:
