@@ -8,6 +8,7 @@
 #   bash bench/studies/plan_gpu.sh f1host      # f1 at 4 workers, 1 repeat: is the host ahead of the GPU? (host_behind)
 #   bash bench/studies/plan_gpu.sh f1w4        # f1's every backend at 4 workers pinned, 3 fresh processes a cell
 #   bash bench/studies/plan_gpu.sh f1more      # its other cells: 0 and 8 workers pinned, 4 unpinned (F1_REPEATS, 3)
+#   bash bench/studies/plan_gpu.sh f1pin       # torch and hdf5 at 4 workers, pin_memory on and off, on one host
 #   bash bench/studies/plan_gpu.sh f2 f3 f3eager  # tiny b512 --cpus 4 compiled; spoken-digit audio, ddpm_audio_mel b128
 #                                              # --cpus 4 compiled; the audio model's data-free rate eager, beside it
 #   bash bench/studies/plan_gpu.sh conv convsplit  # dataprep convert of the 50,000 real CIFAR-10 JPEGs on all cores
@@ -54,7 +55,7 @@
 # (uuid): a grid resumed on another GPU measures that GPU's data-free rate first (`bench loaders --resume` does it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1w4 f1more f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest curve gap coldstart scale strong)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: bash bench/studies/plan_gpu.sh STEP... (prep f1 f1rest f1w4 f1more f1pin f1host f2 f3 f3eager conv convsplit convspy soak soakwait fastest xcheck gputest curve gap coldstart scale strong)" >&2; exit 2; }
 OUT=${OUT:-$PWD/gpu-out}  # logs and archives of each step
 RESULTS=${GPUFEED_RESULTS:-/tmp/gpufeed-results}
 DATA=${GPUFEED_DATA:-/tmp/gpufeed-data}
@@ -227,6 +228,9 @@ for STEP in "$@"; do
                 --pin-memory on --steps 200 --timing-warmup 20 --repeats "${F1_REPEATS:-3}"
             bench f1more cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5 --workers 4 --pin-memory off \
                 --steps 200 --timing-warmup 20 --repeats "${F1_REPEATS:-3}" ;;
+        f1pin) prep  # f1w4 and f1more each had one half: pin on against off, from one machine and one data-free set
+            bench f1pin cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5 --workers 4 --pin-memory on,off \
+                --steps 200 --timing-warmup 20 --repeats "${F1_REPEATS:-3}" ;;
         f1host) prep; bench f1host cifar10 ddpm_cifar10 128 "${CIFAR[@]}" --backends torch,hdf5,ffcv,dali,gpu \
                 --workers 4 --pin-memory on --steps 200 --timing-warmup 20 --repeats 1 ;;
         f2) prep; bench f2 cifar10 tiny 512 --compile --cpus 4 --backends $BACKENDS --workers 3 \
@@ -272,6 +276,6 @@ for STEP in "$@"; do
             tar czf "$OUT/coldstart.tgz" -C "$RESULTS" coldstart ;;
         scale) prep; scaling scale "${SCALE_CPUS:-2 4 all}" ;;
         strong) prep; scaling strong "${SCALE_CPUS:-4 all}" --global-batch 512 ;;
-        *) echo "unknown step $STEP: prep, f1, f1rest, f1w4, f1more, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, curve, gap, coldstart, scale or strong" >&2; exit 2 ;;
+        *) echo "unknown step $STEP: prep, f1, f1rest, f1w4, f1more, f1pin, f1host, f2, f3, f3eager, conv, convsplit, convspy, soak, soakwait, fastest, xcheck, gputest, curve, gap, coldstart, scale or strong" >&2; exit 2 ;;
     esac
 done

@@ -4,6 +4,7 @@
 #
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh study   # text_cache: cached vs online, CLIP-L- and T5-XL-sized
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh rate    # the encoders alone vs the conversion's caption writer
+#                                                                 # (RATE_ENCODERS="clip" or "t5": one; REPEATS rounds)
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grid    # prep, every backend on cached latents + text, 2 cores
 #                                                                 # (BACKENDS, GRID_WORKERS: fewer, or other counts)
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # that data on a SeaweedFS store here, from s3://
@@ -90,8 +91,11 @@ for step in "$@"; do
         archive study
       done ;;
     rate)  # the files on this machine's disk and in memory (/dev/shm), each beside that place's plain write rate
-      encoders clip:clip-l t5:t5-xl
-      python3 -m bench.studies.text_rate --encoders "clip=$D/enc/clip-l,t5=$D/enc/t5-xl" --captions "${RATE_N:-12000}" \
+      kinds=${RATE_ENCODERS:-clip t5}  # or one of them
+      [[ " $kinds " != *" clip "* ]] || encoders clip:clip-l
+      [[ " $kinds " != *" t5 "* ]] || encoders t5:t5-xl
+      specs=$(for k in $kinds; do printf '%s=%s,' "$k" "$D/enc/$([ "$k" = clip ] && echo clip-l || echo t5-xl)"; done)
+      python3 -m bench.studies.text_rate --encoders "${specs%,}" --captions "${RATE_N:-12000}" \
         --batch-size 64 --repeats "${REPEATS:-3}" --scratch /tmp,/dev/shm --device cuda \
         --out "$R/rate/encoder_rates.json" ;;
     grid)
