@@ -66,8 +66,8 @@ def load_autoencoder(cfg: ConvertConfig, times: Timings):
 
 
 def load_caption_encoder(cfg: ConvertConfig, times: Timings):
-    """The text encoder on this process's device (under torchrun, the rank's GPU): bf16 weights on a GPU (its fast
-    path), fp32 on the CPU."""
+    """The text encoder on this process's device (under torchrun, the rank's GPU): bf16 weights and CUDA graphs on a
+    GPU (its fast path), fp32 on the CPU."""
     import torch
 
     from .textenc import load_text_encoder
@@ -76,7 +76,9 @@ def load_caption_encoder(cfg: ConvertConfig, times: Timings):
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     _import_timed(times, "transformers", "AutoTokenizer", "PreTrainedModel")
     with times.timed("load the text encoder"):
-        return load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
+        encoder = load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
+    encoder.use_cuda_graphs()
+    return encoder
 
 
 def _import_timed(times: Timings, package: str, *names: str) -> None:

@@ -1,8 +1,9 @@
 """Finding 9's writer rate: is `dataprep convert --text-encoder` as fast as its encoder? For each encoder, in
-alternating rounds: distinct captions/s of the encoder alone (as the conversion loads it: bf16 on a GPU, one batch
-per call, tokenizing included, results left on the device), of the conversion's caption writer without files (the
-encoder, the copy of the valid tokens to the host), and of the writer writing its files into each scratch folder;
-beside each folder, how fast a plain sequential write of the same bytes goes there (the disk's own limit).
+alternating rounds: distinct captions/s of the encoder alone (as the conversion loads it: bf16 and CUDA graphs on a
+GPU, one batch per call, tokenizing included, results left on the device), of the conversion's caption writer
+without files (the encoder, the copy of the valid tokens to the host), and of the writer writing its files into each
+scratch folder; beside each folder, how fast a plain sequential write of the same bytes goes there (the disk's own
+limit).
 
     python -m bench.studies.text_rate --encoders clip=PATH,t5=PATH --captions 12000 --repeats 3 \\
         --scratch /tmp,/dev/shm --out rate.json
@@ -81,6 +82,7 @@ def encoder_rates(folder: Path, n: int, batch: int, device: str, repeats: int, s
             torch.cuda.synchronize()
 
     encoder = load_text_encoder(folder, device, torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    encoder.use_cuda_graphs()
     pool = captions(n + WARM_BATCHES * batch)
     warm, pool = pool[: WARM_BATCHES * batch], pool[WARM_BATCHES * batch :]
     for k in range(0, len(warm), batch):

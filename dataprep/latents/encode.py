@@ -25,8 +25,8 @@ import torch
 
 from common.vae import Vae, VaeError
 
+from ..graphed import Graphed
 from ..sources.base import AudioSpec, Chunk
-from .graphed import GraphedMoments
 
 VIEWS = {"image": ("image", "mirrored"), "audio": ("clip",)}
 STORED = ("mean", "std")
@@ -65,10 +65,10 @@ class LatentEncoder:
         self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
         self.precision = "bf16" if autocast else "fp32"
         self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
-        # eager on a GPU: one graph replay per batch, the mel or the scaling and mirroring in it too (graphed.py)
+        # eager on a GPU: one graph replay per batch, the mel or the scaling and mirroring in it too (..graphed)
         self._graphed = None
         if not compile and self.device.type == "cuda":
-            self._graphed = GraphedMoments(self._prepared_moments, torch.bfloat16 if autocast else None)
+            self._graphed = Graphed(self._prepared_moments, torch.bfloat16 if autocast else None)
         self.one_shape = compile or self.device.type == "cuda"  # a new shape costs a compile or a capture
         self.rank, self.world = _dist()
         self.piece = batch_size  # samples encoded at once: batch_size until the GPU runs out of memory

@@ -83,3 +83,6 @@ class TextEncoder:
     def encode(self, captions: list[str]) -> TextEmbeddings:
         """Embeddings of `captions` on the encoder's device, valid tokens marked by the mask, padded to the longest."""
         raise NotImplementedError(f"{type(self).__name__} must define encode(captions)")
+
+    def use_cuda_graphs(self) -> None:
+        """Encode as CUDA graph replays from now on, where the encoder can (on a GPU); else stay eager."""

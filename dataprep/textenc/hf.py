@@ -15,6 +15,8 @@ from common.paths import NotRegularError, require_regular
 
 from .base import TextEmbeddings, TextEncoder, TextEncoderError
 
+GRAPH_TOKENS = 16  # caption lengths a CUDA-graphed encoder pads to a multiple of: CLIP's 77 tokens take 5 graphs
+
 
 class TransformersEncoder(TextEncoder):
     """A transformers text model and its tokenizer, in eval mode on one device."""
@@ -24,6 +26,18 @@ class TransformersEncoder(TextEncoder):
         self.device = next(model.parameters()).device
         self.dim = int(model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.d_model)
         self.pooled_dim = self.pooled_size(model.config)
+        self.graphs = None  # dataprep.graphed.Graphed of forward, after use_cuda_graphs on a GPU
+
+    def use_cuda_graphs(self) -> None:
+        """Encode each batch as one replay of a CUDA graph of the model, as `convert --text-encoder` does. Eager, a
+        batch is hundreds of launches, and transformers' mask helpers read the mask back from the GPU (a wait for
+        the batch before): CLIP-L-sized encoding was bound by its host, and lost 6-9% of its rate to the writer's
+        threads. Captions are padded up to a multiple of GRAPH_TOKENS (at most max_tokens): a few graphs, each
+        captured once. Online encoding stays eager, as the scripts that encode without a cache run it."""
+        if self.device.type == "cuda":
+            from ..graphed import Graphed
+
+            self.graphs = Graphed(self.forward, None)  # bf16 weights: no autocast
 
     model_name = ""  # the transformers class that loads this kind's folders
     pooled_field = ""  # the config field that is the pooled vector's width
@@ -53,12 +67,19 @@ class TransformersEncoder(TextEncoder):
         batch = self.tokenizer(
             list(captions), padding="longest", truncation=True, max_length=self.max_tokens, return_tensors="pt"
         )
-        ids, mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
-        tokens, pooled = self.forward(ids, mask)
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        longest = ids.shape[1]
+        if self.graphs is not None:  # padding tokens after the caption's end change no valid token's state
+            extra = min(self.max_tokens, -(-longest // GRAPH_TOKENS) * GRAPH_TOKENS) - longest
+            ids = torch.nn.functional.pad(ids, (0, extra), value=self.tokenizer.pad_token_id)
+            mask = torch.nn.functional.pad(mask, (0, extra))
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        tokens, pooled = (self.graphs or self.forward)(ids, mask)
         # padded positions zeroed: what the model computed there depends on the batch, so a cache stores valid
         # tokens only and pads with zeros, and encoding online must give that same batch
-        mask = mask.bool()
-        return TextEmbeddings(tokens * mask[..., None].to(tokens.dtype), mask, pooled)
+        mask = mask[:, :longest].bool()
+        pooled = pooled.clone() if self.graphs is not None else pooled  # a graph's output: the next replay's too
+        return TextEmbeddings(tokens[:, :longest] * mask[..., None].to(tokens.dtype), mask, pooled)
 
     @classmethod
     def load(cls, folder: Path, config: dict, device, dtype: torch.dtype, max_tokens: int | None) -> TextEncoder:

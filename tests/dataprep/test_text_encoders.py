@@ -76,6 +76,38 @@ def test_mask_marks_each_captions_tokens(encoders, reference, kind):
     assert torch.equal(again.tokens, got.tokens) and torch.equal(again.mask, got.mask)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_padding_to_a_graphs_length_changes_no_valid_token(text_encoders, kind):
+    """A CUDA-graphed encoder pads captions up to a multiple of 16 tokens (one graph per length): the model run on the
+    longer padding (here on the CPU, without a graph) gives the same valid tokens, mask and pooled vectors."""
+    eager, padded = load_text_encoder(text_encoders[kind]), load_text_encoder(text_encoders[kind])
+    seen, want_lengths = [], []
+    padded.graphs = lambda ids, mask: seen.append(ids.shape[1]) or padded.forward(ids, mask)
+    for captions in (CAPTIONS, CAPTIONS[:2]):
+        want, got = eager.encode(captions), padded.encode(captions)
+        assert got.tokens.shape == want.tokens.shape and torch.equal(got.mask, want.mask)
+        torch.testing.assert_close(got.tokens, want.tokens, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.pooled, want.pooled, rtol=1e-5, atol=1e-5)
+        want_lengths.append(min(-(-want.tokens.shape[1] // 16) * 16, eager.max_tokens))
+    assert seen == want_lengths and seen[0] > seen[1]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", KINDS)
+def test_cuda_graphs_replay_what_the_eager_encoder_gives(text_encoders, kind):
+    """On a GPU, use_cuda_graphs captures one graph per padded length (none falls back to eager) and each replay
+    encodes its own captions as the eager encoder does, to bf16 rounding."""
+    eager = load_text_encoder(text_encoders[kind], "cuda", torch.bfloat16)
+    graphed = load_text_encoder(text_encoders[kind], "cuda", torch.bfloat16)
+    graphed.use_cuda_graphs()
+    for captions in (CAPTIONS, CAPTIONS[::-1], ["a dog", "two dogs"]):
+        want, got = eager.encode(captions), graphed.encode(captions)
+        assert torch.equal(got.mask, want.mask)
+        torch.testing.assert_close(got.tokens, want.tokens, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(got.pooled, want.pooled, rtol=2e-2, atol=2e-2)
+    assert len(graphed.graphs.graphs) == 2 and None not in graphed.graphs.graphs.values()
+
+
 def test_clip_ids_are_openai_clips(encoders):
     """The CLIP tokenizer converted from open_clip's BPE gives open_clip's own ids, between start and end of text."""
     from open_clip.tokenizer import SimpleTokenizer

@@ -47,10 +47,10 @@ def test_eager_gpu_encoder_replays_one_graph_per_shape_and_matches_plain_eager(s
     """The conversion's eager GPU encoder is a CUDA graph: each replay reads its new input, and gives what the plain
     eager forward gives (the same kernels)."""
     from common.vae import load_vae
-    from dataprep.latents.graphed import GraphedMoments
+    from dataprep.graphed import Graphed
 
     vae = load_vae(sd_vae, "cuda")
-    graphed = GraphedMoments(vae.moments, torch.bfloat16)
+    graphed = Graphed(vae.moments, torch.bfloat16)
     x = torch.randn(4, 3, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last)
     with torch.autocast("cuda", torch.bfloat16):
         for scale in (1.0, -0.5):
@@ -76,7 +76,7 @@ def test_eager_gpu_audio_encoder_graphs_the_mel_too_and_matches_plain_eager(tmp_
     chunk = Chunk(waves, np.zeros(6, np.int64))
     enc = LatentEncoder(vae, "audio", waves.shape[1:], spec, batch_size=4, precision="bf16")
     graphed = enc.encode(chunk).x
-    assert list(enc._graphed.graphs) == [((4, spec.num_samples), torch.float32, (spec.num_samples, 1))]
+    assert list(enc._graphed.graphs) == [(((4, spec.num_samples), torch.float32, (spec.num_samples, 1)),)]
     assert None not in enc._graphed.graphs.values()  # captured, not fallen back to eager
     enc._graphed = None
     eager = enc.encode(chunk).x

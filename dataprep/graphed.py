@@ -1,5 +1,5 @@
-"""The eager encoder's forward, with the preparation of its input (AudioLDM's mel, or the images' scaling and mirrors),
-replayed as one CUDA graph per input shape, for `dataprep convert --vae`.
+"""An eager encoder's forward replayed as one CUDA graph per input shape: the autoencoder's (with AudioLDM's mel, or
+the images' scaling and mirrors) for `dataprep convert --vae`, a text encoder's for `--text-encoder`.
 
 Eager, a batch is hundreds of kernel launches, and each one releases and retakes the GIL. In a converting process the
 GIL is busy: the decoding pool's threads receive decoded samples, the writers and the digest work on the chunk
@@ -9,7 +9,7 @@ is one launch: the thread needs the GIL a few times per batch, and the GPU stays
 (an operation this GPU or driver cannot capture), that shape runs eagerly, with a message.
 
 The outputs are the graph's own tensors, overwritten by the next replay: use them (copy, stack, cast) before the
-next call, as the encoder does."""
+next call, as the encoders do."""
 
 from __future__ import annotations
 
@@ -18,38 +18,38 @@ from collections.abc import Callable
 
 import torch
 
-Moments = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-Captured = tuple[torch.Tensor, torch.cuda.CUDAGraph, tuple[torch.Tensor, torch.Tensor]]  # input, graph, outputs
+Forward = Callable[..., tuple[torch.Tensor, ...]]
+Captured = tuple[list[torch.Tensor], torch.cuda.CUDAGraph, tuple[torch.Tensor, ...]]  # inputs, graph, outputs
 
 
-class GraphedMoments:
-    """`moments(x)` for CUDA inputs under bf16 autocast (or none), captured once per shape, dtype and layout; `moments`
-    may prepare its input first."""
+class Graphed:
+    """`forward(*inputs)` for CUDA inputs under bf16 autocast (or none), captured once per inputs' shapes, dtypes and
+    layouts; `forward` may prepare its inputs first."""
 
-    def __init__(self, moments: Moments, autocast_dtype: torch.dtype | None) -> None:
-        self.moments, self.dtype = moments, autocast_dtype
-        self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, that shape runs eagerly
+    def __init__(self, forward: Forward, autocast_dtype: torch.dtype | None) -> None:
+        self.forward, self.dtype = forward, autocast_dtype
+        self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, those shapes run eagerly
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.cuda.device(x.device):  # the capture's stream and pool on x's GPU, whatever this thread's device is
-            return self._call(x)
+    def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.cuda.device(xs[0].device):  # the capture's stream and pool on the inputs' GPU, whatever this
+            return self._call(xs)  # thread's device is
 
-    def _call(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (tuple(x.shape), x.dtype, x.stride())
+    def _call(self, xs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        key = tuple((tuple(x.shape), x.dtype, x.stride()) for x in xs)
         if key not in self.graphs:
             try:
-                self.graphs[key] = self._capture(x)
+                self.graphs[key] = self._capture(xs)
             except torch.OutOfMemoryError:
                 raise  # the caller retries with smaller batches
             except RuntimeError as e:
-                print(
-                    f"encode: no CUDA graph for inputs of shape {key[0]} ({e}); encoding them eagerly", file=sys.stderr
-                )
+                shapes = ", ".join(str(k[0]) for k in key)
+                print(f"encode: no CUDA graph for inputs of shape {shapes} ({e}); encoding eagerly", file=sys.stderr)
                 self.graphs[key] = None
         if self.graphs[key] is None:
-            return self.moments(x)
-        static_in, graph, out = self.graphs[key]
-        static_in.copy_(x)
+            return self.forward(*xs)
+        static_ins, graph, out = self.graphs[key]
+        for static, x in zip(static_ins, xs):
+            static.copy_(x)
         graph.replay()
         return out
 
@@ -57,8 +57,8 @@ class GraphedMoments:
         """Drop every graph and the memory it holds (before trying a smaller batch after running out of memory)."""
         self.graphs.clear()
 
-    def _capture(self, x: torch.Tensor):
-        static_in = x.clone()
+    def _capture(self, xs: tuple[torch.Tensor, ...]) -> Captured:
+        static_ins = [x.clone() for x in xs]
         # autocast's cache of cast weights would be freed after capture while the graph still reads it
         autocast = torch.autocast(
             "cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None, cache_enabled=False
@@ -66,11 +66,11 @@ class GraphedMoments:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side), autocast:
-            self.moments(static_in)  # warm-up outside the graph: cuDNN chooses its algorithms, the allocator its blocks
+            self.forward(*static_ins)  # warm-up outside the graph: cuDNN picks its algorithms, the allocator its blocks
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
         graph = torch.cuda.CUDAGraph()
         # thread-local: the converting process's other threads never touch this GPU, but must not break the capture
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:
-            out = self.moments(static_in)
-        return static_in, graph, out
+            out = self.forward(*static_ins)
+        return static_ins, graph, out
