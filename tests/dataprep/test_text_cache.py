@@ -69,6 +69,22 @@ def test_cached_embeddings_equal_an_independent_encoding(cifar, text_encoders, t
     assert verify(tmp_path / "out") == []
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["clip", "t5"])
+def test_a_gpu_conversion_caches_what_the_encoder_gives_there(cifar, text_encoders, tmp_path, kind):
+    """On a GPU (bf16, CUDA graphs, copies to the host on a stream of their own, several batches in flight), every
+    sample's cached embedding is the eager bf16 encoder's for its caption, to bf16 rounding."""
+    r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders[kind]), "--device", "cuda")
+    assert r.exit_code == 0, r.output
+    captions = stored_captions(tmp_path / "out")
+    got = TextTable(tmp_path / "out", load_manifest(tmp_path / "out")).lookup(captions)
+    want = load_text_encoder(text_encoders[kind], "cuda", torch.bfloat16).encode(captions).to("cpu")
+    torch.cuda.synchronize()  # TextEmbeddings.to copies without waiting
+    assert torch.equal(got.mask, want.mask)
+    for a, b in ((got.tokens, want.tokens), (got.pooled, want.pooled)):
+        torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
 def test_max_tokens_cuts_captions(cifar, text_encoders, tmp_path):
     """--text-max-tokens 5: no caption keeps more than 5 tokens, and the manifest says 5."""
     r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders["clip"]), "--text-max-tokens", "5")
