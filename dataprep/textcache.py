@@ -22,7 +22,6 @@ import json
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -36,8 +35,6 @@ from .sources.base import Chunk
 DIRNAME = "text"
 CAPTIONS, TOKENS, OFFSETS, POOLED = "captions.json", "tokens.bin", "offsets.bin", "pooled.bin"
 DTYPES = ("bf16", "fp16")
-WRITES_IN_FLIGHT = 4  # turns handed to the file thread and not yet written: a write held up (GIL, page cache) for
-# a turn does not stop the encoding
 
 
 def _torch_dtype(name: str):
@@ -68,8 +65,7 @@ class TextCacheWriter:
         self.pending: list[str] = []
         self.seconds = 0.0  # encoding and gathering the distinct captions, for the conversion's timings
         self._inflight: tuple[int, list] | None = None  # the last turn's batches, on their way to the host
-        self._files, self._written = ThreadPoolExecutor(1, thread_name_prefix="text-cache"), deque()
-        self._copies = None  # the CUDA stream that copies embeddings to the host beside the next batch's encoding
+        self._files, self._written = ThreadPoolExecutor(1, thread_name_prefix="text-cache"), None
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
@@ -138,9 +134,9 @@ class TextCacheWriter:
 
             mine = to_rank0(mine, count, self.batch_size, (self.encoder.dim, self.encoder.pooled_dim))
         if self._tokens is not None:  # written by one thread, in order, while the next batches encode
-            while len(self._written) >= WRITES_IN_FLIGHT:
-                self._written.popleft().result()  # its error raised here
-            self._written.append(self._files.submit(self._append, mine))
+            if self._written is not None:
+                self._written.result()  # one turn in flight at most; its error raised here
+            self._written = self._files.submit(self._append, mine)
 
     def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
         for rows, pooled in batches:  # one system call a batch, from the arrays themselves (no copy of their bytes)
@@ -156,20 +152,12 @@ class TextCacheWriter:
         emb = self.encoder.encode(captions)
         # as stored: 16-bit patterns; to the host without waiting (into pinned memory), a mask being a prefix
         parts = [_bits(emb.tokens, self.dtype), emb.mask.sum(1), _bits(emb.pooled, self.dtype)]
-        if not emb.tokens.is_cuda:
-            return (*parts, None)
-        # on a stream of their own: on the encoding's, each copy waited for its batch and held up the next (a
-        # graphed CLIP-L-sized encoder ran at 93% of its rate without files)
-        if self._copies is None:
-            self._copies = torch.cuda.Stream(emb.tokens.device)
-        self._copies.wait_stream(torch.cuda.current_stream(emb.tokens.device))
-        with torch.cuda.stream(self._copies):
-            for t in parts:
-                t.record_stream(self._copies)  # not reused by the next batch before its copy has read it
+        if emb.tokens.is_cuda:
             parts = [t.to("cpu", non_blocking=True) for t in parts]
             event = torch.cuda.Event()
             event.record()
-        return (*parts, event)
+            return (*parts, event)
+        return (*parts, None)
 
     @staticmethod
     def _collect(started: tuple) -> tuple[list[np.ndarray], np.ndarray]:
@@ -190,8 +178,8 @@ class TextCacheWriter:
             self.pending = []
         self._write(self._inflight)
         self._inflight = None
-        while self._written:
-            self._written.popleft().result()
+        if self._written is not None:
+            self._written.result()
         self.abort()
         if self.root is None:
             return [], {}

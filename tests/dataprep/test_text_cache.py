@@ -72,8 +72,8 @@ def test_cached_embeddings_equal_an_independent_encoding(cifar, text_encoders, t
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["clip", "t5"])
 def test_a_gpu_conversion_caches_what_the_encoder_gives_there(cifar, text_encoders, tmp_path, kind):
-    """On a GPU (bf16, CUDA graphs, copies to the host on a stream of their own, several batches in flight), every
-    sample's cached embedding is the eager bf16 encoder's for its caption, to bf16 rounding."""
+    """On a GPU (bf16, CUDA graphs, each batch's copy to the host queued behind the next batch), every sample's
+    cached embedding is the eager bf16 encoder's for its caption, to bf16 rounding."""
     r = convert(cifar, tmp_path / "out", "--text-encoder", str(text_encoders[kind]), "--device", "cuda")
     assert r.exit_code == 0, r.output
     captions = stored_captions(tmp_path / "out")
