@@ -65,7 +65,7 @@ class LatentEncoder:
         self.autocast = torch.autocast("cuda", torch.bfloat16) if autocast else nullcontext()
         self.precision = "bf16" if autocast else "fp32"
         self._moments = torch.compile(vae.moments, dynamic=False) if compile else vae.moments
-        # eager on a GPU: one graph replay per batch, the mel or the scaling and mirroring in it too (..graphed)
+        # eager on a GPU: one graph replay per batch, the mel or the scaling and mirroring in it too (dataprep.graphed)
         self._graphed = None
         if not compile and self.device.type == "cuda":
             self._graphed = Graphed(self._prepared_moments, torch.bfloat16 if autocast else None)
