@@ -29,11 +29,12 @@ class TransformersEncoder(TextEncoder):
         self.graphs = None  # dataprep.graphed.Graphed of forward, after use_cuda_graphs on a GPU
 
     def use_cuda_graphs(self) -> None:
-        """Encode each batch as one replay of a CUDA graph of the model, as `convert --text-encoder` does. Eager, a
-        batch is hundreds of launches, and transformers' mask helpers read the mask back from the GPU (a wait for
-        the batch before): CLIP-L-sized encoding was bound by its host, and lost 6-9% of its rate to the writer's
-        threads. Captions are padded up to a multiple of GRAPH_TOKENS (at most max_tokens): a few graphs, each
-        captured once. Online encoding stays eager, as the scripts that encode without a cache run it."""
+        """Encode each batch as one replay of a CUDA graph of the model, its tokens copied from pinned memory, as
+        `convert --text-encoder` does. Eager, a batch is hundreds of launches, and transformers' mask helpers read
+        the mask back from the GPU (a wait for the batch before): CLIP-L-sized encoding was bound by its host, and
+        lost 6-9% of its rate to the writer's threads. Captions are padded up to a multiple of GRAPH_TOKENS (at most
+        max_tokens): a few graphs, each captured once. Online encoding stays as the scripts that encode without a
+        cache run it: eager, its tokens copied from pageable memory."""
         if self.device.type == "cuda":
             from ..graphed import Graphed
 
@@ -68,17 +69,20 @@ class TransformersEncoder(TextEncoder):
             list(captions), padding="longest", truncation=True, max_length=self.max_tokens, return_tensors="pt"
         )
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        longest = ids.shape[1]
-        if self.graphs is not None:  # padding tokens after the caption's end change no valid token's state
+        longest, graphed = ids.shape[1], self.graphs is not None
+        if graphed:  # padding tokens after the caption's end change no valid token's state
             extra = min(self.max_tokens, -(-longest // GRAPH_TOKENS) * GRAPH_TOKENS) - longest
             ids = torch.nn.functional.pad(ids, (0, extra), value=self.tokenizer.pad_token_id)
             mask = torch.nn.functional.pad(mask, (0, extra))
+        if graphed and self.device.type == "cuda":  # pinned, not waited for: a copy from pageable memory waits
+            # for every batch already queued, and the GPU would sit idle while the host tokenizes the next batch
+            ids, mask = (t.pin_memory().to(self.device, non_blocking=True) for t in (ids, mask))
         ids, mask = ids.to(self.device), mask.to(self.device)
         tokens, pooled = (self.graphs or self.forward)(ids, mask)
         # padded positions zeroed: what the model computed there depends on the batch, so a cache stores valid
         # tokens only and pads with zeros, and encoding online must give that same batch
         mask = mask[:, :longest].bool()
-        pooled = pooled.clone() if self.graphs is not None else pooled  # a graph's output: the next replay's too
+        pooled = pooled.clone() if graphed else pooled  # a graph's output: the next replay's too
         return TextEmbeddings(tokens[:, :longest] * mask[..., None].to(tokens.dtype), mask, pooled)
 
     @classmethod
