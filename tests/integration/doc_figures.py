@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import statistics
 import tarfile
 from collections.abc import Callable
@@ -46,6 +47,8 @@ def load(source: str) -> object:
         raw = (RESULTS / path).read_text()
     if source.endswith(".ms"):  # a command's wall time in milliseconds, as bench/studies/text_gpu.sh writes it
         return float(raw)
+    if source.endswith(".log"):  # what a study printed as it ran
+        return raw
     return list(csv.DictReader(io.StringIO(raw))) if source.endswith(".csv") else json.loads(raw)
 
 
@@ -117,6 +120,8 @@ F1M_ROWS = (  # its table: (name, backend, workers as in the CSV, as shown, pin,
     ("dali", "dali", "1", "1 (0 asked)", "–", (7000, 6851, 7038, 1.001, 0.000)),
     ("dali", "dali", "8", "8", "–", (7000, 6873, 7011, 0.999, 0.000)),
 )
+NEWCOMER = "cpu_newcomer_2cores/run.log"  # the newcomer's CPU path on 2 cores, as it printed
+F1W_SUMMARY = "f1_w4_h200/summary.json"
 F1P = "f1_pin_h100/results.csv"  # finding 1 at 4 workers, pin_memory on and off, one H100
 F9_MORE = {  # ffcv, resident and stream on today's code, one H100: each cell's runs
     c: tuple(
@@ -224,6 +229,16 @@ def _f1m_row(rows: list[dict], backend: str, workers: str) -> tuple:
     mine = [r for r in rows if r["backend"] == backend and r["workers"] == workers and r["kind"] == "loader"]
     rates = [float(r["samples_per_s"]) for r in mine]
     return (*_spread(rates), *(statistics.median(float(r[c]) for r in mine) for c in ("vs_data_free", "starvation")))
+
+
+def _logged(log: str, pattern: str) -> tuple:
+    """The numbers of the first line of a log matching `pattern` (its groups), as numbers."""
+    match = re.search(pattern, log, re.M)
+    return tuple(float(g.replace(",", "")) for g in match.groups())
+
+
+def _config(summary: dict, backend: str) -> dict:
+    return next(c for c in summary["scenarios"][0]["configurations"] if c["backend"] == backend)
 
 
 def _pin_row(rows: list[dict], backend: str, pin: bool) -> tuple:
@@ -873,5 +888,79 @@ FIGURES = (
         F9_GRAPHS[1],
         lambda g: (_rate_row(g["rows"][0])[4],),
         "that is {:.0%} of the graphed encoder alone",
+    ),
+    Figure(
+        (README,),
+        "trained tiny for 24 steps on cpu in 14 s: 154 samples/s over 22 timed steps",
+        NEWCOMER,
+        lambda log: _logged(log, r"trained tiny for (\d+) steps on cpu in (\d+) s: (\d+) samples/s over (\d+) timed"),
+        "trained tiny for {:.0f} steps on cpu in {:.0f} s: {:.0f} samples/s over {:.0f} timed steps",
+    ),
+    Figure(
+        (README,),
+        "the demo's 154 samples/s",
+        NEWCOMER,
+        lambda log: _logged(log, r"^trained: \d+ steps at (\d+) samples/s"),
+        "the demo's {:.0f} samples/s",
+    ),
+    Figure(
+        (README,),
+        "data/mine/.gpufeed-bench (...): 167 samples/s",
+        NEWCOMER,
+        lambda log: _logged(log, r"^loader: gpu .*?: (\d+) samples/s"),
+        "data/mine/.gpufeed-bench (...): {:.0f} samples/s",
+    ),
+    Figure(
+        (README,),
+        "(90 s without FFCV's and DALI's formats, measured on a 2-core pin of an idle host, "
+        "`bench/results/cpu_newcomer_2cores/`; the bench's six runs in fresh processes are 70 s of it)",
+        NEWCOMER,
+        lambda log: (
+            _logged(log, r"demo after set-up: (\d+) ms")[0] / 1000,
+            _logged(log, r"rc=0 (\d+) ms: 0,1 python3 -m bench loaders")[0] / 1000,
+        ),
+        "({:.0f} s without FFCV's and DALI's formats, measured on a 2-core pin of an idle host, "
+        "`bench/results/cpu_newcomer_2cores/`; the bench's six runs in fresh processes are {:.0f} s of it)",
+    ),
+    Figure(
+        (README,),
+        "train --loader fastest takes: dali, 4 workers: 7,066 samples/s (100% of the data-free rate: above it, so "
+        "noise) at 0.04% starvation, 2.0 CPU cores busy",
+        F1W_SUMMARY,
+        lambda s: (
+            _config(s, "dali")[W],
+            _config(s, "dali")["vs_data_free"],
+            _config(s, "dali")["starvation"],
+            _config(s, "dali")["cpu_cores"],
+        ),
+        "train --loader fastest takes: dali, 4 workers: {:,.0f} samples/s ({:.0%} of the data-free rate: above it, so "
+        "noise) at {:.2%} starvation, {:.1f} CPU cores busy",
+    ),
+    Figure(
+        (README,),
+        "slowest: hdf5, 4 workers, pin_memory on: not input-bound: GPU idle 0.2% of the time waiting for input, 95% of "
+        "the data-free rate; in this grid backend -> dali, 4 workers helped most (+6% samples/s)",
+        F1W_SUMMARY,
+        lambda s: (
+            _config(s, "hdf5")["starvation"],
+            _config(s, "hdf5")["vs_data_free"],
+            _config(s, "dali")[W] / _config(s, "hdf5")[W] - 1,
+        ),
+        "slowest: hdf5, 4 workers, pin_memory on: not input-bound: GPU idle {:.1%} of the time waiting for input, "
+        "{:.0%} of the data-free rate; in this grid backend -> dali, 4 workers helped most (+{:.0%} samples/s)",
+    ),
+    Figure(
+        (README, BENCHMARKS),
+        "first batch comes 0.39–0.64 s after an empty cache opens",
+        (F8_4[1], F8_4[2], F8_4[4], F8_1[1], F8_D[1]),
+        lambda *runs: (min(r["first_batch_s"] for r in runs), max(r["first_batch_s"] for r in runs)),
+        "first batch comes {:.2f}–{:.2f} s after an empty cache opens",
+    ),
+    Figure(
+        (README,),
+        "importing diffusers (12–14 s)",
+        tuple(f for k in ("vae_stages", "t5_stages", "listed", "host_group", "raw_send") for f in F9_CONVERT[k]),
+        lambda *loaded: _fixed(*loaded)[2:4],
+        "importing diffusers ({:.0f}–{:.0f} s)",
     ),
 )
