@@ -47,7 +47,7 @@ def load(source: str) -> object:
         raw = (RESULTS / path).read_text()
     if source.endswith(".ms"):  # a command's wall time in milliseconds, as bench/studies/text_gpu.sh writes it
         return float(raw)
-    if source.endswith(".log"):  # what a study printed as it ran
+    if source.endswith((".log", ".txt", ".md")):  # what a study or the bench printed as it ran
         return raw
     return list(csv.DictReader(io.StringIO(raw))) if source.endswith(".csv") else json.loads(raw)
 
