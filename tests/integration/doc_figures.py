@@ -5,6 +5,7 @@ matches its raw result, or a doc that no longer says it the same way, fails test
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import re
@@ -37,6 +38,7 @@ class Figure:
     fmt: str  # the rounding: fmt.format(*value) must give text
 
 
+@functools.cache  # several hundred figures read the same few archives; no value function changes what it reads
 def load(source: str) -> object:
     """A JSON or CSV result under bench/results, plain or a member of an archive (CSV as a list of rows)."""
     path, _, member = source.partition(":")
