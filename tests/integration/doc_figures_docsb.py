@@ -193,6 +193,27 @@ FIGURES = (
         ),
         "| steps in {:,.0f} s (128 images each), rate | {:,.0f}, ~5,000 img/s | {:,.0f},",
     ),
+    Figure(
+        (RELIABILITY,),
+        "(9 of 29 s)",
+        VERIFY,
+        lambda r: tuple(statistics.median(run[k] for run in r["runs"]) for k in ("cpu_s", "wall_s")),
+        "({:.0f} of {:.0f} s)",
+    ),
+    Figure(
+        (RELIABILITY,),
+        "growing 6.8 GB after its warm-up (PSS; 169 KB per step if spread over all 40,392 steps)",
+        ("soak_h100/ema_in_autograd/resources-summary.json", SOAK_LOG.format("ema_in_autograd/")),
+        lambda summary, log: (
+            summary["quantities"]["pss_mib"]["growth"] * 2**20 / 1e9,
+            summary["quantities"]["pss_mib"]["growth"]
+            * 2**20
+            / 1e3
+            / _found(log, r"stopped by SIGTERM at step (\d+)")[0][0],
+            _found(log, r"stopped by SIGTERM at step (\d+)")[0][0],
+        ),
+        "growing {:.1f} GB after its warm-up (PSS; {:.0f} KB per step if spread over all {:,.0f} steps)",
+    ),
 )
 
 UNCHECKED = {
