@@ -96,7 +96,7 @@ FIGURES = (
         ),
         "from the shapes alone, in {:.1f} s",
     ),
-    Figure(  # the cold 44.5 s before it is 44.56 in the raw result
+    Figure(  # the cold set-up before it: doc_figures_fixes1.py
         (BENCHMARKS,),
         "24.8 s warm to 15.0 and 14.7 s",
         (BEFORE, FIRST),

@@ -127,7 +127,7 @@ FIGURES = (
         )
         for study, kind, name, text in PHASE_ROWS
     ),
-    Figure(  # the rest of this row is left out: its set-up, 44.5 s as written, is 44.56 s in the raw result
+    Figure(  # the whole row: doc_figures_fixes1.py
         (BENCHMARKS,),
         "| *before, another H100:* cold | 200.9 | 204.1 |",
         BEFORE,

@@ -128,7 +128,7 @@ FIGURES = (
         F1,
         lambda t: tuple(sorted(_col(t, "samples_per_s", "hdf5", "0", "True"))),
         "({:,.0f} and {:,.0f} in its two runs)",
-    ),  # the answer's "89–105%" is left out: hdf5's 104.48% rounds to 104% (reported); the rest of it is checked
+    ),  # the answer's "89–104%": doc_figures_fixes1.py
     Figure(
         (BENCHMARKS,),
         "with 4 cores and a model eating ~14,000 images/s, the tutorial DataLoader reaches only 11% (no workers) and "

@@ -155,7 +155,7 @@ FIGURES = (
         lambda t: _cells(t, "rate"),
         "| data-free, compiled | – | " + RATE + " | 100% |",
     ),
-    # its share "46.3% of compiled" is left out: 709.6 over 1,534.3 samples/s is 46.2% (reported)
+    # its share of compiled: doc_figures_fixes1.py
     Figure(
         (BENCHMARKS,),
         "| data-free, eager | – | 710 (709–710) |",

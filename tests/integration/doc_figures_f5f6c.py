@@ -125,7 +125,7 @@ FIGURES = (
         lambda m, r: (_pace(m), _eager(r), _pace(m) / _eager(r)),
         "| the same, the mel outside the graph (machine 6) | {:.0f} clips/s | {:.0f} channels_last | {:.0%} |",
     ),
-    # their shares: machine 3's 158.9 over 334.50 is 47.5% raw, so 42–48%, the doc says 42–47%: the rates only
+    # the rates only; their shares: doc_figures_fixes1.py
     Figure(
         (BENCHMARKS,),
         "| the same, eager kernel launches (machines 3, 4 and 5) | 159, 145 and 141 clips/s | 335, 335 and 334 "
