@@ -180,11 +180,14 @@ def test_text_encoder_needs_captions(text_encoders, tmp_path):
     assert "--caption-template" in r.output and not (tmp_path / "out").exists()
 
 
-def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_path):
-    """--vae and --text-encoder together: latents and the caption table in one output, both verified."""
-    extra = ["--vae", str(image_vae), "--device", "cpu", "--text-encoder", str(text_encoders["clip"]), "--limit", "8"]
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_path, device):
+    """--vae and --text-encoder together: latents and the caption table in one output, both verified; on a GPU both
+    encoders capture their CUDA graphs, on two threads at once, and none falls back to eager."""
+    extra = ["--vae", str(image_vae), "--device", device, "--text-encoder", str(text_encoders["clip"]), "--limit", "8"]
     r = convert(cifar, tmp_path / "out", *extra)
     assert r.exit_code == 0, r.output
+    assert "no CUDA graph" not in r.output
     m = load_manifest(tmp_path / "out")
     assert (
         m["kind"] == "latent"
