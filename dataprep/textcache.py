@@ -22,6 +22,7 @@ import json
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -66,6 +67,8 @@ class TextCacheWriter:
         self.seconds = 0.0  # encoding and gathering the distinct captions, for the conversion's timings
         self._inflight: tuple[int, list] | None = None  # the last turn's batches, on their way to the host
         self._files, self._written = ThreadPoolExecutor(1, thread_name_prefix="text-cache"), None
+        # the next turn's batches tokenized while this turn's encode: (captions, future of encoder.tokenize)
+        self._tokenizer, self._tokenized = ThreadPoolExecutor(1, thread_name_prefix="text-tokenize"), deque()
         self.offsets = [0]
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
         self._tokens = self._pooled = None
@@ -111,19 +114,39 @@ class TextCacheWriter:
                 self.pending.append(caption)
         turn = self.batch_size * self.world  # one batch for every rank
         while len(self.pending) >= turn and not self._stop.is_set():
-            self._encode(self.pending[:turn])
+            ahead = self.pending[turn : 2 * turn] if len(self.pending) >= 2 * turn else []
+            self._encode(self.pending[:turn], ahead)
             del self.pending[:turn]
 
-    def _encode(self, captions: list[str]) -> None:
-        """Start encoding up to one batch per rank (this rank's: its `rank`-th), then write every rank's batches of
-        the turn before, whose copies to the host ran while this turn's batches were queued (a copy waited for at
-        once would leave the GPU idle while the next batch is tokenized)."""
-        t0, bs = time.perf_counter(), self.batch_size
-        batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
-        started = (len(batches), [self._start(b) for b in batches[self.rank :: self.world]])
+    def _encode(self, captions: list[str], ahead: list[str] = ()) -> None:
+        """Start encoding up to one batch per rank (this rank's: its `rank`-th) and tokenizing this rank's batches
+        of the turn `ahead`, then write every rank's batches of the turn before, whose copies to the host ran while
+        this turn's batches were queued (a copy waited for at once would leave the GPU idle while the next batch is
+        tokenized). Tokenizing is most of a CLIP-L-sized batch's host time: on a thread, beside the replays, the
+        copies and the writes."""
+        t0 = time.perf_counter()
+        count, mine = self._mine(captions)
+        tokenized = [self._take_tokenized(b) for b in mine]
+        for b in self._mine(ahead)[1]:
+            self._tokenized.append((b, self._tokenizer.submit(self.encoder.tokenize, b)))
+        started = (count, [self._start(b, t) for b, t in zip(mine, tokenized)])
         self._write(self._inflight)
         self._inflight = started
         self.seconds += time.perf_counter() - t0
+
+    def _mine(self, captions: list[str]) -> tuple[int, list[list[str]]]:
+        """(the turn's batch count, this rank's batches of it)."""
+        bs = self.batch_size
+        batches = [captions[k : k + bs] for k in range(0, len(captions), bs)]
+        return len(batches), batches[self.rank :: self.world]
+
+    def _take_tokenized(self, captions: list[str]):
+        """encoder.tokenize(captions) where it was started ahead, else None (encode tokenizes them)."""
+        while self._tokenized:
+            done, future = self._tokenized.popleft()
+            if done == captions:
+                return future.result()
+        return None
 
     def _write(self, turn: tuple[int, list] | None) -> None:
         if turn is None:
@@ -145,11 +168,11 @@ class TextCacheWriter:
                 self.offsets.append(self.offsets[-1] + len(row))
             _write_all(self._pooled, [pooled])
 
-    def _start(self, captions: list[str]) -> tuple:
+    def _start(self, captions: list[str], tokenized=None) -> tuple:
         """The batch encoded and its copy to the host queued: (tokens, lengths, pooled, the copy's event or None)."""
         import torch
 
-        emb = self.encoder.encode(captions)
+        emb = self.encoder.encode(captions, tokenized)
         # as stored: 16-bit patterns; to the host without waiting (into pinned memory), a mask being a prefix
         parts = [_bits(emb.tokens, self.dtype), emb.mask.sum(1), _bits(emb.pooled, self.dtype)]
         if emb.tokens.is_cuda:
@@ -214,6 +237,7 @@ class TextCacheWriter:
         if self._ahead is not None:
             wait([self._ahead])  # the batch it is on, then it stops
         self._files.shutdown(wait=True)
+        self._tokenizer.shutdown(wait=True, cancel_futures=True)
         for f in (self._tokens, self._pooled):
             if f is not None:
                 f.close()

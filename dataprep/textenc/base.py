@@ -80,9 +80,15 @@ class TextEncoder:
     pooled_dim: int
     max_tokens: int
 
-    def encode(self, captions: list[str]) -> TextEmbeddings:
-        """Embeddings of `captions` on the encoder's device, valid tokens marked by the mask, padded to the longest."""
+    def encode(self, captions: list[str], tokenized=None) -> TextEmbeddings:
+        """Embeddings of `captions` on the encoder's device, valid tokens marked by the mask, padded to the longest;
+        `tokenized`: what tokenize(captions) gave, where it ran already."""
         raise NotImplementedError(f"{type(self).__name__} must define encode(captions)")
+
+    def tokenize(self, captions: list[str]):
+        """The host's share of encode(captions), which a thread may run while the GPU encodes the batch before; its
+        result goes back to encode. None: this encoder has no such share."""
+        return None
 
     def use_cuda_graphs(self) -> None:
         """Encode as CUDA graph replays from now on, where the encoder can (on a GPU); else stay eager."""

@@ -63,21 +63,28 @@ class TransformersEncoder(TextEncoder):
         """(tokens (n, L, D), pooled (n, P)) for token ids and their attention mask."""
         raise NotImplementedError
 
-    @torch.no_grad()
-    def encode(self, captions: list[str]) -> TextEmbeddings:
+    def tokenize(self, captions: list[str]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(token ids, attention mask, the longest caption's length), padded for the graphs and pinned on a GPU. The
+        tokenizer's Rust half releases the GIL: a conversion runs this a batch ahead on a thread of its own."""
         batch = self.tokenizer(
             list(captions), padding="longest", truncation=True, max_length=self.max_tokens, return_tensors="pt"
         )
         ids, mask = batch["input_ids"], batch["attention_mask"]
-        longest, graphed = ids.shape[1], self.graphs is not None
-        if graphed:  # padding tokens after the caption's end change no valid token's state
+        longest = ids.shape[1]
+        if self.graphs is not None:  # padding tokens after the caption's end change no valid token's state
             extra = min(self.max_tokens, -(-longest // GRAPH_TOKENS) * GRAPH_TOKENS) - longest
             ids = torch.nn.functional.pad(ids, (0, extra), value=self.tokenizer.pad_token_id)
             mask = torch.nn.functional.pad(mask, (0, extra))
-        if graphed and self.device.type == "cuda":  # pinned, not waited for: a copy from pageable memory waits
-            # for every batch already queued, and the GPU would sit idle while the host tokenizes the next batch
-            ids, mask = (t.pin_memory().to(self.device, non_blocking=True) for t in (ids, mask))
-        ids, mask = ids.to(self.device), mask.to(self.device)
+            if self.device.type == "cuda":  # pinned: a copy from pageable memory waits for every batch already
+                # queued, and the GPU would sit idle while the host tokenizes the next batch
+                ids, mask = ids.pin_memory(), mask.pin_memory()
+        return ids, mask, longest
+
+    @torch.no_grad()
+    def encode(self, captions: list[str], tokenized: tuple | None = None) -> TextEmbeddings:
+        ids, mask, longest = tokenized or self.tokenize(captions)
+        graphed = self.graphs is not None
+        ids, mask = ids.to(self.device, non_blocking=graphed), mask.to(self.device, non_blocking=graphed)
         tokens, pooled = (self.graphs or self.forward)(ids, mask)
         # padded positions zeroed: what the model computed there depends on the batch, so a cache stores valid
         # tokens only and pads with zeros, and encoding online must give that same batch
