@@ -35,6 +35,7 @@ from .sources.base import Chunk
 
 DIRNAME = "text"
 CAPTIONS, TOKENS, OFFSETS, POOLED = "captions.json", "tokens.bin", "offsets.bin", "pooled.bin"
+FILES = (TOKENS, POOLED)  # written as the batches come; the other two at the end
 DTYPES = ("bf16", "fp16")
 
 
@@ -52,9 +53,10 @@ def _bits(x, dtype: str):
 
 
 class TextCacheWriter:
-    """Encodes each distinct caption once, `batch_size` at a time, appending to the files of `text/`. Under torchrun
-    every rank sees the same captions and takes every world_size-th batch; rank 0 gathers them and writes (the
-    batches are those one process encodes, so the table is the same); the other ranks pass `out_dir=None`."""
+    """Encodes each distinct caption once, `batch_size` at a time, into the files of `text/`. Under torchrun every
+    rank sees the same captions and takes every world_size-th batch (the batches one process encodes, so the table is
+    the same); the other ranks pass `out_dir=None`, and write their batches into rank 0's files where they see them,
+    else send them to rank 0 (dataprep.textcache_ranks)."""
 
     def __init__(self, out_dir: Path | None, encoder, dtype: str, batch_size: int, identity=None) -> None:
         """`identity`: the encoder's sha256 (textenc.identity.sha256_soon) where it was started already."""
@@ -69,16 +71,17 @@ class TextCacheWriter:
         self._files, self._written = ThreadPoolExecutor(1, thread_name_prefix="text-cache"), None
         # the next turn's batches tokenized while this turn's encode: (captions, future of encoder.tokenize)
         self._tokenizer, self._tokenized = ThreadPoolExecutor(1, thread_name_prefix="text-tokenize"), deque()
-        self.offsets = [0]
+        self.offsets = [0]  # every caption's first row in tokens.bin, and the rows so far
         self.root = None if out_dir is None else Path(out_dir) / DIRNAME
-        self._tokens = self._pooled = None
+        self._fds = None  # (tokens.bin, pooled.bin) where this rank writes its batches
+        self._shared = None  # under torchrun: every rank writes into the files (True), or rank 0 alone (False)
         self._identity = None  # the encoder's sha256 for the manifest, once hashed
         self._ahead, self._stop = None, threading.Event()  # encode_ahead's thread; set: abandon its captions
         if self.root is not None:
             from .textenc.identity import sha256_soon
 
             self.root.mkdir()
-            self._tokens, self._pooled = open(self.root / TOKENS, "wb", 0), open(self.root / POOLED, "wb", 0)
+            self._fds = tuple(os.open(self.root / n, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644) for n in FILES)
             self._identity = identity or sha256_soon(Path(encoder.name))
 
     def stream(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
@@ -151,22 +154,40 @@ class TextCacheWriter:
     def _write(self, turn: tuple[int, list] | None) -> None:
         if turn is None:
             return
-        count, mine = turn[0], [self._collect(started) for started in turn[1]]
-        if self.world > 1:  # to rank 0 alone, which writes
-            from .textcache_send import to_rank0
+        from . import textcache_ranks as ranks
 
-            mine = to_rank0(mine, count, self.batch_size, (self.encoder.dim, self.encoder.pooled_dim))
-        if self._tokens is not None:  # written by one thread, in order, while the next batches encode
+        count, mine = turn[0], [self._collect(started) for started in turn[1]]
+        own = range(count)  # the turn's batches that `mine` holds
+        if self.world > 1 and self._shared is None:  # here, where every rank is at the same turn
+            self._join_files(ranks.shared_folder(self.root))
+        if self._shared:  # only the row counts travel
+            lengths, own = ranks.turn_lengths(mine, count, self.batch_size), range(self.rank, count, self.world)
+        else:
+            if self.world > 1:  # to rank 0, which writes them
+                mine = ranks.to_rank0(mine, count, self.batch_size, (self.encoder.dim, self.encoder.pooled_dim))
+            lengths = [np.asarray([len(r) for r in rows], np.int64) for rows, _ in mine]
+        first_row = self.offsets[-1] + np.cumsum([0, *(int(n.sum()) for n in lengths)])
+        first_caption = len(self.offsets) - 1 + np.cumsum([0, *map(len, lengths)])
+        for n in lengths:
+            self.offsets += (self.offsets[-1] + np.cumsum(n)).tolist()
+        if self._fds is not None and mine:  # by one thread, while the next batches encode
             if self._written is not None:
                 self._written.result()  # one turn in flight at most; its error raised here
-            self._written = self._files.submit(self._append, mine)
+            placed = [(b, int(first_row[k]), int(first_caption[k])) for k, b in zip(own, mine)]
+            self._written = self._files.submit(self._place, placed)
 
-    def _append(self, batches: list[tuple[list[np.ndarray], np.ndarray]]) -> None:
-        for rows, pooled in batches:  # one system call a batch, from the arrays themselves (no copy of their bytes)
-            _write_all(self._tokens, rows)
-            for row in rows:
-                self.offsets.append(self.offsets[-1] + len(row))
-            _write_all(self._pooled, [pooled])
+    def _join_files(self, folder: Path | None) -> None:
+        self._shared = folder is not None
+        if self._shared and self._fds is None:
+            self._fds = tuple(os.open(folder / n, os.O_WRONLY) for n in FILES)
+
+    def _place(self, batches: list[tuple[tuple[list[np.ndarray], np.ndarray], int, int]]) -> None:
+        """Each batch's rows and pooled vectors written where its first row and caption go: one system call each,
+        from the arrays themselves (no copy of their bytes)."""
+        tokens, pooled = self._fds
+        for (rows, vectors), row, caption in batches:
+            _write_at(tokens, rows, row * 2 * self.encoder.dim)
+            _write_at(pooled, [vectors], caption * 2 * self.encoder.pooled_dim)
 
     def _start(self, captions: list[str], tokenized=None) -> tuple:
         """The batch encoded and its copy to the host queued: (tokens, lengths, pooled, the copy's event or None)."""
@@ -203,6 +224,10 @@ class TextCacheWriter:
         self._inflight = None
         if self._written is not None:
             self._written.result()
+        if self._shared:
+            from .textcache_ranks import barrier
+
+            barrier()  # every rank's rows written before rank 0 describes the files
         self.abort()
         if self.root is None:
             return [], {}
@@ -230,6 +255,7 @@ class TextCacheWriter:
             "empty_caption": self.ids.get(""),
             "tokens": int(self.offsets[-1]),
             "processes": self.world,  # the ranks that shared the encoding (torchrun)
+            "writing_processes": self.world if self._shared else 1,
         }
 
     def abort(self) -> None:
@@ -238,18 +264,20 @@ class TextCacheWriter:
             wait([self._ahead])  # the batch it is on, then it stops
         self._files.shutdown(wait=True)
         self._tokenizer.shutdown(wait=True, cancel_futures=True)
-        for f in (self._tokens, self._pooled):
-            if f is not None:
-                f.close()
+        fds, self._fds = self._fds or (), None
+        for fd in fds:
+            os.close(fd)
 
     close = abort  # what the conversion's clean-up calls on helpers that are not format writers
 
 
-def _write_all(f, arrays: list[np.ndarray]) -> None:
-    """The arrays' bytes appended to the unbuffered file `f` with as few writev calls as the kernel allows."""
+def _write_at(fd: int, arrays: list[np.ndarray], offset: int) -> None:
+    """The arrays' bytes one after another from `offset` of the file `fd`, with as few pwritev calls as the kernel
+    allows."""
     views = [memoryview(np.ascontiguousarray(a)).cast("B") for a in arrays if a.size]
     while views:
-        done = os.writev(f.fileno(), views[:1024])  # IOV_MAX
+        done = os.pwritev(fd, views[:1024], offset)  # IOV_MAX
+        offset += done
         while views and done >= len(views[0]):
             done -= len(views.pop(0))
         if views and done:

@@ -198,8 +198,11 @@ def test_vae_and_text_encoder_in_one_pass(cifar, text_encoders, image_vae, tmp_p
 
 
 RANKS_CONVERT = """
-import sys, torch
+import os, sys, torch
+from dataprep import textcache_ranks
 from dataprep.cli import cli
+if os.environ.get("NO_SHARED_FOLDER"):  # as where the ranks see different file systems: rank 0 writes every batch
+    textcache_ranks.shared_folder = lambda root: None
 cli(sys.argv[1:], standalone_mode=False)  # the command as typed under torchrun, in this process
 if torch.distributed.is_initialized():
     raise SystemExit("convert joined a process group and did not leave it")
@@ -250,11 +253,12 @@ def test_a_bad_image_stops_the_encoding_ahead_and_leaves_nothing(captioned, text
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("input_", ["templates", "caption files"])
+@pytest.mark.parametrize("input_", ["templates", "caption files", "caption files, no shared folder"])
 def test_torchrun_ranks_write_the_table_one_process_writes(captioned, text_encoders, tmp_path, input_):
     """Under torchrun with 2 ranks (gloo on the CPU) each rank encodes every other batch of distinct captions and
-    rank 0 writes a text table byte for byte what one process writes: captions drawn from templates as the samples
-    are read, and captions listed with the images, which the other rank encodes without decoding an image."""
+    writes it into the one table, byte for byte what one process writes: captions drawn from templates as the
+    samples are read, and captions listed with the images, which the other rank encodes without decoding an image;
+    where the ranks do not share the output folder, rank 0 receives the batches and writes them all."""
     if input_ == "templates":
         args = ["convert", "--source", "synthetic-images", "--limit", "100"]
         args += [a for t in TEMPLATES for a in ("--caption-template", t)]
@@ -271,7 +275,7 @@ def test_torchrun_ranks_write_the_table_one_process_writes(captioned, text_encod
         [*torchrun, str(tmp_path / "ranks.py"), *args, "--output", str(tmp_path / "two")],
         capture_output=True,
         text=True,
-        env=env,
+        env=env | ({"NO_SHARED_FOLDER": "1"} if "no shared" in input_ else {}),
         timeout=300,
     )
     assert two.returncode == 0, two.stderr[-2000:]
@@ -279,6 +283,7 @@ def test_torchrun_ranks_write_the_table_one_process_writes(captioned, text_encod
         assert (tmp_path / "one" / "text" / name).read_bytes() == (tmp_path / "two" / "text" / name).read_bytes()
     text = [load_manifest(tmp_path / d)["text"] for d in ("one", "two")]
     assert [t["processes"] for t in text] == [1, 2] and text[1]["captions"] > 8  # > one turn of 2 ranks x 4
+    assert [t["writing_processes"] for t in text] == [1, 1 if "no shared" in input_ else 2]
     assert "rank 1: decoded" not in two.stderr  # listed captions: rank 1 reads no image; templates: none to count
 
 
@@ -399,16 +404,19 @@ def test_bench_loaders_on_s3_data_with_cached_embeddings(remote_captioned, tmp_p
     assert all("error" not in run and run["figures"]["samples_per_s"] > 0 for run in runs), runs
 
 
-def test_the_table_writer_appends_every_array_in_order(tmp_path):
-    """textcache._write_all: more arrays than one writev takes (1,024), empty ones and 16-bit rows among them, land in
-    the file in order, byte for byte, each batch of captions in a few system calls rather than one per caption."""
+def test_the_table_writer_places_every_array_in_order(tmp_path):
+    """textcache._write_at: more arrays than one pwritev takes (1,024), empty ones and 16-bit rows among them, land in
+    the file in order from the offset given, byte for byte, the later half written first (as ranks may)."""
     import numpy as np
 
-    from dataprep.textcache import _write_all
+    from dataprep.textcache import _write_at
 
     rng = np.random.default_rng(0)
     arrays = [rng.integers(-(2**15), 2**15, (int(rng.integers(0, 9)), 3), dtype="<i2") for _ in range(1500)]
-    with open(tmp_path / "t.bin", "wb", 0) as f:
-        _write_all(f, arrays[:700])
-        _write_all(f, arrays[700:])
+    fd = os.open(tmp_path / "t.bin", os.O_WRONLY | os.O_CREAT)
+    try:
+        _write_at(fd, arrays[700:], sum(a.nbytes for a in arrays[:700]))
+        _write_at(fd, arrays[:700], 0)
+    finally:
+        os.close(fd)
     assert (tmp_path / "t.bin").read_bytes() == b"".join(a.tobytes() for a in arrays)
