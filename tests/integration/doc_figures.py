@@ -753,13 +753,6 @@ FIGURES = (
         "captions in {:.2f} s against {:.2f} s at the default 64",
     ),
     Figure(
-        (README,),
-        "T5-XL-sized ones encoded 2.95× as fast on 4 H200s as on one",
-        F9_CONVERT["raw_send"],
-        lambda *r: _convert_row(*r)[-1:],
-        "T5-XL-sized ones encoded {:.2f}× as fast on 4 H200s as on one",
-    ),
-    Figure(
         (BENCHMARKS,),
         "| 95f8ffd | 62.5 s | 38.5 s | **1.62×** | 254.5 → 969.1 images/s: **3.81×** |",
         F9_CONVERT["vae"],
@@ -878,18 +871,11 @@ FIGURES = (
         for fmt in ((("commit " if k == 0 else "") + "{} | {} | {} " + ROW),)
     ),
     Figure(
-        (README, BENCHMARKS),
+        (BENCHMARKS,),
         "2.3× as many captions/s",
         F9_GRAPHS[:2],
         lambda e, g: (_rate_row(g["rows"][0])[3] / _rate_row(e["rows"][0])[3],),
         "{:.1f}× as many captions/s",
-    ),
-    Figure(
-        (README,),
-        "that is 82% of the graphed encoder alone",
-        F9_GRAPHS[1],
-        lambda g: (_rate_row(g["rows"][0])[4],),
-        "that is {:.0%} of the graphed encoder alone",
     ),
     Figure(
         (README,),
