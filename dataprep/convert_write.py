@@ -58,7 +58,7 @@ def caption_cache(cfg, encoder, root: Path | None, first: Chunk | None = None, i
     `root` None: a rank other than 0 under torchrun, which encodes its share and writes nothing. `identity`: the
     encoder's hash, where the conversion started it."""
     from .convert_config import ConvertError
-    from .textcache import TextCacheWriter
+    from .textcache_write import TextCacheWriter
 
     if first is not None and first.text is None:
         raise ConvertError(

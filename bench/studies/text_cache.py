@@ -91,7 +91,8 @@ def encoder_folder(spec: str, work: Path) -> tuple[str, Path]:
 
 def table_bytes(folder: Path, pool: list[str], work: Path, device: str) -> tuple[object, dict]:
     """(the bf16 text table of `pool`, bytes a caption costs stored each way, and fp16's overflow)."""
-    from dataprep.textcache import TextCacheWriter, TextTable
+    from dataprep.textcache import TextTable
+    from dataprep.textcache_write import TextCacheWriter
     from dataprep.textenc import load_text_encoder
 
     encoder = load_text_encoder(folder, device, max_tokens=None)

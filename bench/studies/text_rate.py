@@ -46,7 +46,8 @@ def disk_write_per_s(folder: Path, size: int) -> float:
 
 
 def one_round(encoder, pool: list[str], batch: int, scratch: list[Path], sync, identity: Future) -> dict:
-    from dataprep.textcache import TOKENS, TextCacheWriter
+    from dataprep.textcache import TOKENS
+    from dataprep.textcache_write import TextCacheWriter
 
     t0 = time.perf_counter()
     for k in range(0, len(pool), batch):

@@ -116,7 +116,7 @@ def test_the_encoders_weights_are_hashed_beside_the_encoding(text_encoders, tmp_
     import threading
 
     import dataprep.textenc.identity as identity
-    from dataprep.textcache import TextCacheWriter
+    from dataprep.textcache_write import TextCacheWriter
 
     real, seen = identity.encoder_sha256, []
 
@@ -405,11 +405,11 @@ def test_bench_loaders_on_s3_data_with_cached_embeddings(remote_captioned, tmp_p
 
 
 def test_the_table_writer_places_every_array_in_order(tmp_path):
-    """textcache._write_at: more arrays than one pwritev takes (1,024), empty ones and 16-bit rows among them, land in
-    the file in order from the offset given, byte for byte, the later half written first (as ranks may)."""
+    """textcache_write._write_at: more arrays than one pwritev takes (1,024), empty ones and 16-bit rows among them,
+    land in the file in order from the offset given, byte for byte, the later half written first (as ranks may)."""
     import numpy as np
 
-    from dataprep.textcache import _write_at
+    from dataprep.textcache_write import _write_at
 
     rng = np.random.default_rng(0)
     arrays = [rng.integers(-(2**15), 2**15, (int(rng.integers(0, 9)), 3), dtype="<i2") for _ in range(1500)]
