@@ -202,14 +202,6 @@ FIGURES = (
     ),
     Figure(
         (BENCHMARKS,),
-        # the rate run 2 lost is 2.7% (97.3% of gpu run 2), not 2.6%, so the lost range is left out
-        "The printed starvation (3.1–3.7%) accounts for the rate lost against the faster `gpu` run (",
-        (FINAL["sd"], FINAL["sd2"]),
-        lambda a, b: tuple(100 * f(x["starvation"]["starvation"] for x in (a, b)) for f in (min, max)),
-        "The printed starvation ({:.1f}–{:.1f}%) accounts for the rate lost against the faster `gpu` run (",
-    ),
-    Figure(
-        (BENCHMARKS,),
         "1.0–1.3 s to open (manifest, index) and 0.64–0.91 s to the first batch",
         CELLS["final"],
         lambda *c: (
@@ -392,21 +384,6 @@ FIGURES = (
             head + " {:.1%} | {:,.0f} / {:,.0f} | {:,.0f} / {:,.0f} |",
         )
         for run, ref, text, head in FINAL_ROWS
-    ),
-    # stream's run 2 reached 97.3% of gpu run 2 (the doc says 97.4%), so its row is checked on either side of it
-    Figure(
-        (BENCHMARKS,),
-        "| `stream` from s3://, run 2 | 6,843 (",
-        FINAL["sd2"],
-        lambda r: (r["samples_per_s"],),
-        "| `stream` from s3://, run 2 | {:,.0f} (",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "| 3.1% | 7,007 / 7,003 | 6,019 / 6,021 |",
-        FINAL["sd2"],
-        lambda r: _final_row(FINAL["sd2"])(r)[1:],
-        "| {:.1%} | {:,.0f} / {:,.0f} | {:,.0f} / {:,.0f} |",
     ),
 )
 UNCHECKED = {

@@ -209,7 +209,6 @@ FIGURES = (
         lambda _: tuple(100 * x for x in _eager_span("starvation")),
         "| starvation, all cells | {:.0f}-{:.0f}% | | |",
     ),
-    # the cold cells ran 977-1,214 images/s, so "960-1,210 images/s in epoch 1" is left out
     Figure(
         (BENCHMARKS,),
         "910-1,140 in epoch 2 (its cache) at every link setting, with the GPU starved 19-37% of the time",
@@ -287,21 +286,6 @@ FIGURES = (
         DECODE,
         lambda c, d: tuple(100 * x for x in (*_shares(c), *_shares(d))),
         "{:.0f}–{:.0f}% of the data-free rate for `ddpm_cifar10`, {:.0f}–{:.0f}% for `dit_b2` on cached latents",
-    ),
-    # the H200's four `dit_b2` cells reached 75–81% (77–81% is its epoch 1 alone), so "(77–81% before" is left out
-    Figure(
-        (BENCHMARKS,),
-        "`dit_b2` got 69–78% of its data-free rate (",
-        DECODE[1],
-        lambda d: tuple(100 * x for x in _shares(d)),
-        "`dit_b2` got {:.0f}–{:.0f}% of its data-free rate (",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "before, on an H200), `ddpm_cifar10` 75–89%",
-        DECODE[0],
-        lambda c: tuple(100 * x for x in _shares(c)),
-        "before, on an H200), `ddpm_cifar10` {:.0f}–{:.0f}%",
     ),
     Figure(
         (BENCHMARKS,),
@@ -394,13 +378,6 @@ FIGURES = (
         H200[1],
         lambda d: (_cells(d)[0], _cells(d)[0] * 32 * 1024 / 1e6, 1.2 * _cells(d)[0] * 32 * 1024 / 1e6),
         "`dit_b2` eats {:,.0f} × 32 KiB = {:.0f} MB/s at the data-free rate ({:.0f} MB/s with the 1.2× margin)",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "an epoch behind by the medians (1.78 s against 1.56 s)",  # their difference is 0.22 s, not 0.23
-        OVERHEAD_60K,
-        lambda o: (_epoch1_s(o, "gpufeed"), _epoch1_s(o, "litdata")),
-        "an epoch behind by the medians ({:.2f} s against {:.2f} s)",
     ),
     Figure(
         (BENCHMARKS,),
