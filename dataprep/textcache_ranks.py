@@ -51,7 +51,7 @@ def turn_lengths(mine: list[Batch], count: int, batch_size: int) -> list[np.ndar
 
     world = dist.get_world_size()
     per = -(-count // world)
-    table = np.full((per, 1 + batch_size), 0, np.int64)  # a row per batch: its caption count, then each one's rows
+    table = np.zeros((per, 1 + batch_size), np.int64)  # a row per batch: its caption count, then each one's rows
     for k, (rows, _) in enumerate(mine):
         table[k, 0], table[k, 1 : 1 + len(rows)] = len(rows), [len(r) for r in rows]
     parts = [torch.empty(per, 1 + batch_size, dtype=torch.int64) for _ in range(world)]
