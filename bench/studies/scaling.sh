@@ -204,7 +204,8 @@ cores() {  # the cores per rank each backend needs: 2 (1 worker) and every core 
     --pin-memory on --nproc "$TOP"
 }
 extras() {  # the loaders that need more than the core install: ffcv, DALI (where installed) and stream, on every GPU
-  # at 4 cores a rank (3 workers) and at 2 (1 worker), from the same 50,000 JPEGs converted to their formats
+  # at 4 cores a rank (3 workers) and at 2 (1 worker), from the same 50,000 JPEGs converted to their formats; the step
+  # graph, as `loaders` and train's default on several GPUs (bench's own default is DDP)
   local dali=
   $PY -c "import nvidia.dali" 2>/dev/null && dali=dali,
   if [ -f .whl/stream/site.tar.xz ]; then  # LitData and boto3, carried (bench/studies/stream_carry.sh)
@@ -214,9 +215,9 @@ extras() {  # the loaders that need more than the core install: ffcv, DALI (wher
   [ -f "$D/cifar10-extras/manifest.json" ] || $PY -m dataprep convert --input "$D/raw/train" \
     --output "$D/cifar10-extras" --format "ffcv,${dali}stream" --quiet "${LIMIT[@]}"
   grid extras-cpus$CPUS "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
-    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP"
+    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP" --grad-sync step-graph
   grid extras-cpus2 "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
-    --workers 1 --pin-memory on --cpus 2 --nproc "$TOP"
+    --workers 1 --pin-memory on --cpus 2 --nproc "$TOP" --grad-sync step-graph
 }
 nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_DEBUG=INFO)
   [ -f "$R/nccl/probe-np$TOP.json" ] && return
