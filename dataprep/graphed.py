@@ -26,8 +26,10 @@ class Graphed:
     """`forward(*inputs)` for CUDA inputs under bf16 autocast (or none), captured once per inputs' shapes, dtypes and
     layouts; `forward` may prepare its inputs first."""
 
-    def __init__(self, forward: Forward, autocast_dtype: torch.dtype | None) -> None:
-        self.forward, self.dtype = forward, autocast_dtype
+    def __init__(self, forward: Forward, autocast_dtype: torch.dtype | None, warm_each_shape: bool = True) -> None:
+        """`warm_each_shape` False: only the first capture runs `forward` eagerly before (the lazy start of cuBLAS and
+        the allocator), for a model with no per-shape tuning (no cuDNN autotuning of convolutions)."""
+        self.forward, self.dtype, self.warm_each_shape = forward, autocast_dtype, warm_each_shape
         self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, those shapes run eagerly
 
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -63,12 +65,15 @@ class Graphed:
         autocast = torch.autocast(
             "cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None, cache_enabled=False
         )
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), autocast:
-            self.forward(*static_ins)  # warm-up outside the graph: cuDNN picks its algorithms, the allocator its blocks
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
+        if self.warm_each_shape or not self.graphs:
+            # an eager warm-up costs more than the capture: every block it allocates and empty_cache frees waits for
+            # the batches already queued, and each operation retakes the GIL (T5-XL-sized: 1.6 s of 5.6 s)
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side), autocast:
+                self.forward(*static_ins)  # outside the graph: cuDNN picks its algorithms, the allocator its blocks
+            torch.cuda.current_stream().wait_stream(side)
+            torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
         graph = torch.cuda.CUDAGraph()
         # thread-local: the converting process's other threads never touch this GPU, but must not break the capture
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:

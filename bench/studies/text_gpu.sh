@@ -15,8 +15,9 @@
 # (NO_DALI=1: the formats but DALI's; with DALI, the grid has it too), sourced before this script; for grids3, LitData
 # and boto3 as .whl/stream/site.tar.xz and the weed binary as .whl/stream/weed.xz (bench/studies/stream_carry.sh).
 # Data: .devdata/img/cifar10k.tar.gz, the first 10,000 CIFAR-10 train JPEGs (airplane and automobile), each
-# captioned with its own distinct caption (text_cache --caption-folder). Encoders and the autoencoder are built from
-# config (random weights).
+# captioned with its own distinct caption (text_cache --caption-folder); CONVERT4_IMAGES: another tarball of that
+# layout (all 50,000 CIFAR-10 train JPEGs: ../shared/datasets/cifar10-jpg.tar.gz's train/, with GPUFEED_DATA and
+# GPUFEED_RESULTS of their own). Encoders and the autoencoder are built from config (random weights).
 # Results: $GPUFEED_RESULTS/<step>/ (default /tmp/gpufeed-text), archived to $OUT/<step>.tgz after each step.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,7 +55,7 @@ encoders() {  # encoders KIND:SIZE...: each built once
 
 images() {  # the 10,000 captioned JPEGs, the 256 px SD-shaped autoencoder
   [ -f "$D/img/metadata.jsonl" ] && return
-  mkdir -p "$D/img" && tar xzf .devdata/img/cifar10k.tar.gz -C "$D/img"
+  mkdir -p "$D/img" && tar xzf "${CONVERT4_IMAGES:-.devdata/img/cifar10k.tar.gz}" -C "$D/img"
   python3 -m bench.studies.text_cache --caption-folder "$D/img/train"
   [ -d "$D/vaes/sd" ] || python3 -m bench.studies.latent_cache vaes "$D/vaes" >/dev/null
 }

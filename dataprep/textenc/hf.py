@@ -38,7 +38,7 @@ class TransformersEncoder(TextEncoder):
         if self.device.type == "cuda":
             from ..graphed import Graphed
 
-            self.graphs = Graphed(self.forward, None)  # bf16 weights: no autocast
+            self.graphs = Graphed(self.forward, None, warm_each_shape=False)  # bf16 weights: no autocast
 
     model_name = ""  # the transformers class that loads this kind's folders
     pooled_field = ""  # the config field that is the pooled vector's width
