@@ -13,7 +13,7 @@ import click
 from common.cli import apply_options, check_vae_option, device_option, renamed, take_renamed
 from dataprep.remote import is_remote
 from loaders.workers import too_many_workers
-from training.config import GRAD_SYNC_WAYS, PRECISIONS
+from training.config import GRAD_SYNCS, PRECISIONS
 
 from .cli_checks import (
     check_cpus,
@@ -107,9 +107,10 @@ OPTIONS = (
     ),
     click.option(
         "--grad-sync",
-        type=click.Choice(GRAD_SYNC_WAYS),
-        default="ddp",
-        help="With --nproc: how the ranks average gradients (train --grad-sync; step-graph applies on one GPU too).",
+        type=click.Choice(GRAD_SYNCS),
+        default="auto",
+        help="With --nproc: how the ranks average gradients, as train --grad-sync (auto: the way train takes there, "
+        "recorded in each result; step-graph applies on one GPU too).",
     ),
     click.option("--repeats", type=click.IntRange(min=1), default=1, help="Runs per configuration (>= 2 on a GPU)."),
     click.option("--crosscheck", is_flag=True, help="Also one profiled run per configuration: trace vs CUDA events."),

@@ -166,7 +166,7 @@ def expand(
     nprocs: tuple[int, ...] = (1,),
     global_batch: int | None = None,
     vae: str | None = None,
-    grad_sync: str = "ddp",
+    grad_sync: str = "auto",
 ) -> list[Job]:
     """Every distinct job of the grid, repeats interleaved (repeat 0 of everything first, so a Ctrl-C leaves a
     complete grid at fewer repeats rather than some configurations without any). A loader-only grid (model none)
@@ -184,7 +184,6 @@ def expand(
         grid_id=grid_id,
         precision=precision,
         vae=vae,
-        grad_sync=grad_sync,
     )
     jobs: list[Job] = []
     limit = thread_limit(cpus)
@@ -193,7 +192,9 @@ def expand(
         seen = set()
         for n, bs in [(k, b) for k in nprocs for b in ((global_batch // k,) if global_batch else batch_sizes)]:
             eater = {} if model != "none" else {"model": preset_for(data, device, vae, manifest)}
-            scenario = common | dict(batch_size=bs, repeat=r, nproc=n)  # what its data-free and loader jobs share
+            way = train_way(grad_sync, compile, device, n, vae, eater.get("model", model))
+            # what its data-free and loader jobs share
+            scenario = common | dict(batch_size=bs, repeat=r, nproc=n, grad_sync=way)
             free = Job(kind="data_free", backend=None, workers=None, pin_memory=None, **(scenario | eater))
             at = len(jobs)
             for b, w, p in itertools.product(backends, workers, pin_memory):
@@ -208,6 +209,17 @@ def expand(
     if crosscheck and device.startswith("cuda"):  # one profiled copy of each configuration, after the timed ones
         jobs += [Job.from_dict(j.to_dict() | {"crosscheck": True}) for j in jobs if j.repeat == 0 and j.backend]
     return jobs
+
+
+def train_way(grad_sync: str, compile: bool, device: str, nproc: int, vae: str | None, model: str) -> str:
+    """The way `train` averages gradients for `grad_sync` in this scenario ("auto" resolved as train resolves it), so
+    that a job's name and record say what ran."""
+    if grad_sync != "auto":
+        return grad_sync
+    from training.grad_sync import choose
+
+    text = model.endswith("_text")
+    return choose(grad_sync, compiled=compile, device=device, world_size=nproc, vae=bool(vae), text=text)[0]
 
 
 # Rough costs from the H100 runs in bench/results (`process_s` in each JSON): a first estimate only, the progress

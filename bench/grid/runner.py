@@ -62,7 +62,7 @@ class GridConfig:
     timeout_s: float | None = None
     progress: bool = True
     vae: str | None = None  # pixel or clip data: encode every batch in the step (train --vae), the online baseline
-    grad_sync: str = "ddp"  # under nproc > 1: how the ranks average gradients (train --grad-sync)
+    grad_sync: str = "auto"  # under nproc > 1: how the ranks average gradients (train --grad-sync; auto: as train)
     command: str = field(default_factory=lambda: " ".join(["bench", *sys.argv[1:]]))
 
     def jobs(self, grid_id: str = "") -> list[Job]:

@@ -131,7 +131,8 @@ def test_rank_options_are_checked_before_any_run(images128, tmp_path, extra, mes
 
 def test_global_batch_divides_over_ranks():
     """Strong scaling: --global-batch 512 at 1, 2 and 4 ranks runs 512, 256 and 128 per rank, each its own scenario
-    with its own data-free run; nproc 1 keeps the names results had before."""
+    with its own data-free run; nproc 1 keeps the names results had before. Compiled on several GPUs, --grad-sync's
+    default takes the step graph there, as train does, and the name says so."""
     jobs = expand(
         data=Path("d"),
         backends=("hdf5",),
@@ -152,4 +153,5 @@ def test_global_batch_divides_over_ranks():
         (n, 512 // n, k) for n in (1, 2, 4) for k in ("data_free", "loader")
     ]
     assert jobs[1].name == "hdf5-w4-pinon-bs512-tiny-cpus2-bf16-compiled-r0"
-    assert jobs[3].name == "hdf5-w4-pinon-np2-bs256-tiny-cpus2-bf16-compiled-r0"
+    assert jobs[3].name == "hdf5-w4-pinon-np2-bs256-tiny-cpus2-bf16-compiled-step-graph-r0"
+    assert [j.grad_sync for j in jobs] == ["ddp"] * 2 + ["step-graph"] * 4
