@@ -77,7 +77,7 @@ def load_caption_encoder(cfg: ConvertConfig, times: Timings):
     _import_timed(times, "transformers", "AutoTokenizer", "PreTrainedModel")
     with times.timed("load the text encoder"):
         encoder = load_text_encoder(cfg.text_encoder, device, dtype, cfg.text_max_tokens)
-    encoder.use_cuda_graphs()
+    encoder.use_cuda_graphs(cfg.batch_size)  # its warm-up runs while the input is listed and read
     return encoder
 
 

@@ -14,6 +14,7 @@ next call, as the encoders do."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -28,9 +29,25 @@ class Graphed:
 
     def __init__(self, forward: Forward, autocast_dtype: torch.dtype | None, warm_each_shape: bool = True) -> None:
         """`warm_each_shape` False: only the first capture runs `forward` eagerly before (the lazy start of cuBLAS and
-        the allocator), for a model with no per-shape tuning (no cuDNN autotuning of convolutions)."""
+        the allocator), or `warm_soon` did, for a model with no per-shape tuning (no cuDNN autotuning of convolutions).
+        """
         self.forward, self.dtype, self.warm_each_shape = forward, autocast_dtype, warm_each_shape
         self.graphs: dict[tuple, Captured | None] = {}  # None: the capture failed, those shapes run eagerly
+        self.warmed, self.warm_s = False, 0.0  # seconds of eager warm-ups
+        self._warming = None  # warm_soon's future
+
+    def warm_soon(self, *xs: torch.Tensor) -> None:
+        """Run the first eager warm-up on these inputs now, on a thread of its own (while a conversion lists and
+        reads its input); the first capture waits for it."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(1, thread_name_prefix="graph-warm-up")
+        self._warming = pool.submit(self._warm_on, xs)
+        pool.shutdown(wait=False)
+
+    def _warm_on(self, xs: tuple[torch.Tensor, ...]) -> None:
+        with torch.cuda.device(xs[0].device):
+            self._warm(xs, self._autocast())
 
     def __call__(self, *xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with torch.cuda.device(xs[0].device):  # the capture's stream and pool on the inputs' GPU, whatever this
@@ -59,21 +76,31 @@ class Graphed:
         """Drop every graph and the memory it holds (before trying a smaller batch after running out of memory)."""
         self.graphs.clear()
 
+    def _autocast(self):
+        # autocast's cache of cast weights would be freed after capture while the graph still reads it
+        return torch.autocast("cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None, cache_enabled=False)
+
+    def _warm(self, xs: tuple[torch.Tensor, ...], autocast) -> None:
+        """`forward` once, eagerly, outside any graph: cuDNN picks its algorithms, cuBLAS and the allocator start.
+        Inside a conversion this costs more than the capture: every block it allocates, and empty_cache frees, waits
+        for the batches already queued, and each operation retakes the GIL (T5-XL-sized captions: 1.6 of 5.6 s)."""
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), autocast:
+            self.forward(*xs)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
+        self.warmed, self.warm_s = True, self.warm_s + time.perf_counter() - t0
+
     def _capture(self, xs: tuple[torch.Tensor, ...]) -> Captured:
         static_ins = [x.clone() for x in xs]
-        # autocast's cache of cast weights would be freed after capture while the graph still reads it
-        autocast = torch.autocast(
-            "cuda", self.dtype or torch.bfloat16, enabled=self.dtype is not None, cache_enabled=False
-        )
-        if self.warm_each_shape or not self.graphs:
-            # an eager warm-up costs more than the capture: every block it allocates and empty_cache frees waits for
-            # the batches already queued, and each operation retakes the GIL (T5-XL-sized: 1.6 s of 5.6 s)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side), autocast:
-                self.forward(*static_ins)  # outside the graph: cuDNN picks its algorithms, the allocator its blocks
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.empty_cache()  # the warm-up's blocks back to the GPU: the graph's own pool needs as much again
+        autocast = self._autocast()
+        if self._warming is not None:
+            self._warming.result()  # its error raised here
+            self._warming = None
+        if self.warm_each_shape or not self.warmed:
+            self._warm(static_ins, autocast)
         graph = torch.cuda.CUDAGraph()
         # thread-local: the converting process's other threads never touch this GPU, but must not break the capture
         with torch.cuda.graph(graph, capture_error_mode="thread_local"), autocast:

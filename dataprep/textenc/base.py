@@ -90,5 +90,6 @@ class TextEncoder:
         result goes back to encode. None: this encoder has no such share."""
         return None
 
-    def use_cuda_graphs(self) -> None:
-        """Encode as CUDA graph replays from now on, where the encoder can (on a GPU); else stay eager."""
+    def use_cuda_graphs(self, batch_size: int | None = None) -> None:
+        """Encode as CUDA graph replays from now on, where the encoder can (on a GPU); else stay eager. `batch_size`:
+        what the batches will hold, to prepare for them now."""

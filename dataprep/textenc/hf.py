@@ -28,17 +28,21 @@ class TransformersEncoder(TextEncoder):
         self.pooled_dim = self.pooled_size(model.config)
         self.graphs = None  # dataprep.graphed.Graphed of forward, after use_cuda_graphs on a GPU
 
-    def use_cuda_graphs(self) -> None:
+    def use_cuda_graphs(self, batch_size: int | None = None) -> None:
         """Encode each batch as one replay of a CUDA graph of the model, its tokens copied from pinned memory, as
         `convert --text-encoder` does. Eager, a batch is hundreds of launches, and transformers' mask helpers read
         the mask back from the GPU (a wait for the batch before): CLIP-L-sized encoding was bound by its host, and
         lost 6-9% of its rate to the writer's threads. Captions are padded up to a multiple of GRAPH_TOKENS (at most
-        max_tokens): a few graphs, each captured once. Online encoding stays as the scripts that encode without a
-        cache run it: eager, its tokens copied from pageable memory."""
+        max_tokens): a few graphs, each captured once. `batch_size`: the batches to come; the one eager warm-up
+        before the first capture starts now, on a thread. Online encoding stays as the scripts that encode without
+        a cache run it: eager, its tokens copied from pageable memory."""
         if self.device.type == "cuda":
             from ..graphed import Graphed
 
             self.graphs = Graphed(self.forward, None, warm_each_shape=False)  # bf16 weights: no autocast
+            if batch_size:
+                ids, mask, _ = self.tokenize([""] * batch_size)
+                self.graphs.warm_soon(ids.to(self.device), mask.to(self.device))
 
     model_name = ""  # the transformers class that loads this kind's folders
     pooled_field = ""  # the config field that is the pooled vector's width

@@ -93,19 +93,27 @@ def test_padding_to_a_graphs_length_changes_no_valid_token(text_encoders, kind):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("warm_batch", [None, 3], ids=["warm-at-first-capture", "warm-soon"])
 @pytest.mark.parametrize("kind", KINDS)
-def test_cuda_graphs_replay_what_the_eager_encoder_gives(text_encoders, kind):
-    """On a GPU, use_cuda_graphs captures one graph per padded length (none falls back to eager) and each replay
-    encodes its own captions as the eager encoder does, to bf16 rounding."""
+def test_cuda_graphs_replay_what_the_eager_encoder_gives(text_encoders, kind, warm_batch, monkeypatch):
+    """On a GPU, use_cuda_graphs captures one graph per padded length (none falls back to eager) after one eager
+    warm-up in all (at the first capture, or on a thread from the start) and each replay encodes its own captions as
+    the eager encoder does, to bf16 rounding."""
+    from dataprep.graphed import Graphed
+
+    warm_ups = []
+    warm = Graphed._warm
+    monkeypatch.setattr(Graphed, "_warm", lambda self, *a: warm_ups.append(1) or warm(self, *a))
     eager = load_text_encoder(text_encoders[kind], "cuda", torch.bfloat16)
     graphed = load_text_encoder(text_encoders[kind], "cuda", torch.bfloat16)
-    graphed.use_cuda_graphs()
+    graphed.use_cuda_graphs(warm_batch)
     for captions in (CAPTIONS, CAPTIONS[::-1], ["a dog", "two dogs"]):
         want, got = eager.encode(captions), graphed.encode(captions)
         assert torch.equal(got.mask, want.mask)
         torch.testing.assert_close(got.tokens, want.tokens, rtol=2e-2, atol=2e-2)
         torch.testing.assert_close(got.pooled, want.pooled, rtol=2e-2, atol=2e-2)
     assert len(graphed.graphs.graphs) == 2 and None not in graphed.graphs.graphs.values()
+    assert len(warm_ups) == 1 and graphed.graphs.warm_s > 0
 
 
 def test_clip_ids_are_openai_clips(encoders):
