@@ -74,7 +74,7 @@ def finish_cache(cache, root: Path, workers: int, times: Timings) -> dict:
         files, entry = cache.finish()
     times.add("text: encode the distinct captions", cache.seconds)
     if (graphs := getattr(cache.encoder, "graphs", None)) is not None:  # started with the encoder, on a thread
-        times.add("text: the encoder's eager warm-up (a thread)", graphs.warm_s)
+        times.add("text: eager warm-up (a thread)", graphs.warm_s)
     return entry | {"files": describe_files(root, files, workers)}
 
 
