@@ -90,12 +90,17 @@ wheels() {  # diffusers for --vae: the wheels carried in .whl (README of the dev
 }
 
 prep() {  # CIFAR-10 train, 50,000 JPEGs -> files (torch) and hdf5 (the gpu and hdf5 loaders); the host's facts
-  mkdir -p "$R/host" ../shared/datasets
-  [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp .devdata/cifar10-jpg.tar.gz ../shared/datasets/  # the tests'
-  if [ ! -f "$D/cifar10/manifest.json" ]; then
-    [ -d "$D/raw" ] || { mkdir -p "$D/raw" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$D/raw"; }
-    $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" --format files,hdf5 --quiet "${LIMIT[@]}"
-  fi
+  [ -f "$D/cifar10/manifest.json" ] || { raw && $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" \
+    --format files,hdf5 --quiet "${LIMIT[@]}"; }
+  host
+}
+raw() {  # the JPEGs unpacked, and where the tests look for them
+  mkdir -p ../shared/datasets
+  [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp .devdata/cifar10-jpg.tar.gz ../shared/datasets/
+  [ -d "$D/raw" ] || { mkdir -p "$D/raw" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$D/raw"; }
+}
+host() {
+  mkdir -p "$R/host"
   [ -f "$R/host/versions.txt" ] && return
   nvidia-smi topo -m > "$R/host/topo.txt" 2>&1; nvidia-smi -q > "$R/host/nvidia-smi.txt" 2>&1
   $PY -c "import torch, os; c = torch.cuda.is_available(); print(torch.__version__, torch.version.cuda, \
@@ -204,20 +209,21 @@ cores() {  # the cores per rank each backend needs: 2 (1 worker) and every core 
     --pin-memory on --nproc "$TOP"
 }
 extras() {  # the loaders that need more than the core install: ffcv, DALI (where installed) and stream, on every GPU
-  # at 4 cores a rank (3 workers) and at 2 (1 worker), from the same 50,000 JPEGs converted to their formats; the step
-  # graph, as `loaders` and train's default on several GPUs (bench's own default is DDP)
+  # at 2 cores a rank (1 worker), then 4 (3 workers), from the same 50,000 JPEGs converted to their formats; the step
+  # graph, as `loaders` and train's default on several GPUs
   local dali=
   $PY -c "import nvidia.dali" 2>/dev/null && dali=dali,
   if [ -f .whl/stream/site.tar.xz ]; then  # LitData and boto3, carried (bench/studies/stream_carry.sh)
     [ -d /tmp/streamsite ] || { mkdir -p /tmp/streamsite && tar xJf .whl/stream/site.tar.xz -C /tmp/streamsite; }
     export PYTHONPATH=$PYTHONPATH:/tmp/streamsite
   fi
-  [ -f "$D/cifar10-extras/manifest.json" ] || $PY -m dataprep convert --input "$D/raw/train" \
-    --output "$D/cifar10-extras" --format "ffcv,${dali}stream" --quiet "${LIMIT[@]}"
-  grid extras-cpus$CPUS "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
-    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP" --grad-sync step-graph
+  [ -f "$D/cifar10-extras/manifest.json" ] || { raw && $PY -m dataprep convert --input "$D/raw/train" \
+    --output "$D/cifar10-extras" --format "ffcv,${dali}stream" --quiet "${LIMIT[@]}"; }
+  host
   grid extras-cpus2 "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
     --workers 1 --pin-memory on --cpus 2 --nproc "$TOP" --grad-sync step-graph
+  grid extras-cpus$CPUS "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
+    --workers $WORKERS --pin-memory on --cpus $CPUS --nproc "$TOP" --grad-sync step-graph
 }
 nccl() {  # one all-reduce alone, per size, and the transport NCCL chose (NCCL_DEBUG=INFO)
   [ -f "$R/nccl/probe-np$TOP.json" ] && return
@@ -242,8 +248,9 @@ for STEP in "$@"; do
     call2) prep; graph; graphtest; graphsync; dit; gputest; flattrace ;;  # (what an earlier call finished is skipped)
     call3) prep; graph; graphtest; graphsync; dit; gputest; flattrace; strong; weak; loaders; cores
            traces; nccl ;;
-    prep|graphtest|graphsync|graph|weak|dit|gputest|traces|flattrace|loaders|cores|extras|strong|nccl)
+    prep|graphtest|graphsync|graph|weak|dit|gputest|traces|flattrace|loaders|cores|strong|nccl)
       prep; $STEP ;;
+    extras) extras ;;  # its own data alone
     summary) ;;
     *) echo "unknown step $STEP" >&2; exit 2 ;;
   esac
