@@ -28,7 +28,7 @@ D=${GPUFEED_DATA:-/tmp/gpufeed-text-data}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/gpufeed-inductor}
 [ -d /tmp/textsite ] || { mkdir -p /tmp/textsite && tar xJf .whl/text/site.tar.xz -C /tmp/textsite; }
 # their bytecode, as pip install writes it: the GPU machine's Python writes none (-B), so without this every process
-# compiled transformers from source (its import took 7-12 s there; 2.9 s against 7.8 s on the 2-core machine)
+# compiled transformers from source (its import took 7-12 s there; on a 2-core host, 2.9 s with bytecode, 7.8 s without)
 [ -f /tmp/textsite/.compiled ] || { python3 -m compileall -q -j 0 /tmp/textsite >/dev/null || true; touch /tmp/textsite/.compiled; }
 # the stream format's LitData and boto3 (bench/studies/stream_carry.sh), where carried
 if [ -f .whl/stream/site.tar.xz ] && [ ! -d /tmp/streamsite ]; then
