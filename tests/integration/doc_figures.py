@@ -45,11 +45,15 @@ def load(source: str) -> object:
     if member:
         with tarfile.open(RESULTS / path) as tar:
             raw = tar.extractfile(member).read().decode()
+    elif path.endswith(".xz"):  # a large text result kept compressed (a profile)
+        import lzma
+
+        raw = lzma.open(RESULTS / path, "rt").read()
     else:
         raw = (RESULTS / path).read_text()
     if source.endswith(".ms"):  # a command's wall time in milliseconds, as bench/studies/text_gpu.sh writes it
         return float(raw)
-    if source.endswith((".log", ".txt", ".md")):  # what a study or the bench printed as it ran
+    if source.endswith((".log", ".txt", ".md", ".txt.xz")):  # what a study or the bench printed as it ran
         return raw
     return list(csv.DictReader(io.StringIO(raw))) if source.endswith(".csv") else json.loads(raw)
 

@@ -1,0 +1,65 @@
+"""Finding 9's caption writer with one eager warm-up, begun as the encoder loads (docs/BENCHMARKS.md), against the
+one-GPU runs and the py-spy profile under bench/results/f9_text_h200."""
+
+from __future__ import annotations
+
+from doc_figures import BENCHMARKS, Figure, _stage
+
+PROFILE = "f9_text_h200/t5_profile/"
+WARM = "f9_text_h200/t5_warm_soon/t5_gpus1.manifest.json"
+ENCODE = "text: encode the distinct captions"
+PYSPY_HZ = 100  # py-spy record -r 100
+
+
+def _seconds_in(profile: str, frame: str, but: str | None = None) -> float:
+    """Seconds of samples whose stack holds a frame starting with `frame` (and none starting with `but`)."""
+    n = 0
+    for line in profile.splitlines():
+        stack, count = line.rsplit(" ", 1)
+        frames = stack.split(";")
+        if any(f.startswith(frame) for f in frames) and not (but and any(f.startswith(but) for f in frames)):
+            n += int(count)
+    return n / PYSPY_HZ
+
+
+def _profile(profile: str) -> tuple:
+    """(the warm-ups' seconds, the writer's seconds, the captures' own seconds) in the one-GPU profile."""
+    warm = "Graphed._capture (dataprep/graphed.py:69)"
+    return (
+        _seconds_in(profile, warm),
+        _seconds_in(profile, "TextCacheWriter._encode"),
+        _seconds_in(profile, "Graphed._capture", but=warm),
+    )
+
+
+FIGURES = (
+    Figure(
+        (BENCHMARKS,),
+        "found its encoding in the eager forward that ran before each graph's capture for 1.61 s of 5.61 s, and in the "
+        "captures themselves for 0.20 s.",
+        PROFILE + "t5_gpus1_pyspy.txt.xz",
+        _profile,
+        "found its encoding in the eager forward that ran before each graph's capture for {:.2f} s of {:.2f} s, and in "
+        "the captures themselves for {:.2f} s.",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "the caption writer then took 4.54 s, against 5.02 s and 5.60 s for f4f9d96",
+        (WARM, PROFILE + "t5_gpus1.manifest.json", PROFILE + "t5_gpus1_pyspy_run.txt"),
+        lambda new, old, spy: (
+            _stage(new, ENCODE),
+            _stage(old, ENCODE),
+            float(spy.split(ENCODE)[1].split()[0]),
+        ),
+        "the caption writer then took {:.2f} s, against {:.2f} s and {:.2f} s for f4f9d96",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "the warm-up took 1.19 s on its thread",
+        WARM,
+        lambda m: (_stage(m, "text: the encoder's eager warm-up (a thread)"),),
+        "the warm-up took {:.2f} s on its thread",
+    ),
+)
+
+UNCHECKED: dict[str, dict[str, str]] = {}
