@@ -3,11 +3,13 @@ one-GPU runs and the py-spy profile under bench/results/f9_text_h200."""
 
 from __future__ import annotations
 
-from doc_figures import BENCHMARKS, Figure, _stage
+from doc_figures import BENCHMARKS, Figure, _convert_row, _stage
 
 PROFILE = "f9_text_h200/t5_profile/"
 WARM = "f9_text_h200/t5_warm_soon/t5_gpus1.manifest.json"
 ENCODE = "text: encode the distinct captions"
+TWO = tuple(f"f9_text_2xh200/t5_warm_soon/t5_gpus{g}.{x}" for g in (1, 2) for x in ("manifest.json", "ms"))
+WARM_STAGE = "text: eager warm-up (a thread)"
 PYSPY_HZ = 100  # py-spy record -r 100
 
 
@@ -59,6 +61,41 @@ FIGURES = (
         WARM,
         lambda m: (_stage(m, "text: the encoder's eager warm-up (a thread)"),),
         "the warm-up took {:.2f} s on its thread",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 22.5 s | 21.3 s (2 GPUs) | 1.05× | 5.04 → 2.41 s: **2.10× on 2** |",
+        TWO,
+        _convert_row,
+        "| {:.1f} s | {:.1f} s (2 GPUs) | {:.2f}× | {:.2f} → {:.2f} s: **{:.2f}× on 2** |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "one GPU took 5.04 s and two 2.41 s (2.10×, the same table again)",
+        TWO,
+        lambda *runs: _convert_row(*runs)[3:],
+        "one GPU took {:.2f} s and two {:.2f} s ({:.2f}×, the same table again)",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "one-GPU warm-up took 2.17 s, longer than the listing and the first samples",
+        TWO[0],
+        lambda m: (_stage(m, WARM_STAGE),),
+        "one-GPU warm-up took {:.2f} s, longer than the listing and the first samples",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "the two ranks' took 0.85 s",
+        TWO[2],
+        lambda m: (_stage(m, WARM_STAGE),),
+        "the two ranks' took {:.2f} s",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "importing transformers took 5.2–5.3 s there",
+        (TWO[0], TWO[2]),
+        lambda a, b: tuple(sorted(_stage(m, "import transformers") for m in (a, b))),
+        "importing transformers took {:.1f}–{:.1f} s there",
     ),
 )
 
