@@ -92,14 +92,14 @@ wheels() {  # diffusers for --vae: the wheels carried in .whl (README of the dev
 prep() {  # CIFAR-10 train, 50,000 JPEGs -> files (torch) and hdf5 (the gpu and hdf5 loaders); the host's facts
   [ -f "$D/cifar10/manifest.json" ] || { raw && $PY -m dataprep convert --input "$D/raw/train" --output "$D/cifar10" \
     --format files,hdf5 --quiet "${LIMIT[@]}"; }
-  host
+  host_facts
 }
 raw() {  # the JPEGs unpacked, and where the tests look for them
   mkdir -p ../shared/datasets
   [ -f ../shared/datasets/cifar10-jpg.tar.gz ] || cp .devdata/cifar10-jpg.tar.gz ../shared/datasets/
   [ -d "$D/raw" ] || { mkdir -p "$D/raw" && tar xzf .devdata/cifar10-jpg.tar.gz -C "$D/raw"; }
 }
-host() {
+host_facts() {  # the host's GPUs, links, versions and cores, once
   mkdir -p "$R/host"
   [ -f "$R/host/versions.txt" ] && return
   nvidia-smi topo -m > "$R/host/topo.txt" 2>&1; nvidia-smi -q > "$R/host/nvidia-smi.txt" 2>&1
@@ -219,7 +219,7 @@ extras() {  # the loaders that need more than the core install: ffcv, DALI (wher
   fi
   [ -f "$D/cifar10-extras/manifest.json" ] || { raw && $PY -m dataprep convert --input "$D/raw/train" \
     --output "$D/cifar10-extras" --format "ffcv,${dali}stream" --quiet "${LIMIT[@]}"; }
-  host
+  host_facts
   grid extras-cpus2 "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
     --workers 1 --pin-memory on --cpus 2 --nproc "$TOP" --grad-sync step-graph
   grid extras-cpus$CPUS "$D/cifar10-extras" --model $M_CIFAR --batch-size $B_CIFAR --backends "ffcv,${dali}stream" \
