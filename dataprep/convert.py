@@ -34,7 +34,7 @@ from .convert_manifest import build_manifest, dataset_meta, recorded_command
 from .convert_write import caption_cache, finish_all, finish_cache, write_all
 from .digest import SampleDigest
 from .fields import field_digests
-from .formats import expand, writer_class
+from .formats import expand, require_installed, writer_class
 from .formats.base import FormatWriter
 from .manifest import NAME
 from .remote import is_remote
@@ -91,6 +91,7 @@ def _convert(cfg: ConvertConfig, times: Timings) -> dict:
     if cfg.size is not None and cfg.size < 1:
         raise ConvertError(f"size must be a positive number of pixels, not {cfg.size}")
     names = expand(cfg.formats)
+    require_installed(names)
     spec = AudioSpec(cfg.sample_rate, cfg.clip_seconds, cfg.channels)
     identity = _start_identity(cfg)
     if cfg.vae or cfg.text_encoder:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 FORMATS = {
@@ -12,7 +13,10 @@ FORMATS = {
     "dali": "dataprep.formats.dali:DaliWriter",
     "stream": "dataprep.formats.stream:StreamWriter",
 }
-EXTRAS = {"ffcv": "ffcv", "hdf5": None, "files": "audio", "dali": None, "stream": "stream"}  # what a format needs
+# the library a format's writer imports, and the extra that installs it; checked before any work, since FFCV's writer
+# imports it in a process of its own, where its absence surfaced as "Connection reset by peer"
+NEEDS = {"ffcv": ("ffcv", "ffcv"), "stream": ("litdata", "stream")}
+HOW = {"ffcv": "it builds from source: apt-get install libopencv-dev libturbojpeg0-dev pkg-config first"}
 # "all": the formats the local loaders read; `stream` (shards for object storage, LitData) is asked for by name
 ALL = ("files", "hdf5", "ffcv", "dali")
 
@@ -28,6 +32,19 @@ def expand(names: tuple[str, ...] | list[str]) -> list[str]:
         else:
             raise ValueError(f"unknown format {name!r}; valid: {', '.join(FORMATS)}, all ({', '.join(ALL)})")
     return out
+
+
+def install_hint(name: str) -> str:
+    """How to install what format `name` needs."""
+    how = f" ({HOW[name]})" if name in HOW else ""
+    return f"pip install 'gpufeed[{NEEDS[name][1]}]'{how}, or leave {name} out of --format"
+
+
+def require_installed(names: list[str]) -> None:
+    """Refuse a format whose library is not installed, naming the fix."""
+    for name in names:
+        if name in NEEDS and importlib.util.find_spec(NEEDS[name][0]) is None:
+            raise ValueError(f"--format {name} needs {NEEDS[name][0]}, which is not installed: {install_hint(name)}")
 
 
 def module(name: str) -> ModuleType:

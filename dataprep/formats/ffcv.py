@@ -47,6 +47,7 @@ class FfcvWriter(FormatWriter):
         self._helper = early or Helper()
 
     def write(self, chunk: Chunk, encoded: None = None) -> None:
+        self._helper.check()  # a helper that could not import FFCV stops the conversion now, not after the input
         self._f.write(np.ascontiguousarray(chunk.x, dtype=self.meta.dtype).tobytes())
         self.labels.append(chunk.y)
         if chunk.length is not None:

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..convert_config import ConvertError
 from ..parallel import die_with_parent, exit_when_gone, send_or_end
+from . import install_hint
 from .ffcv_layout import fields, stored_dtype
 
 if TYPE_CHECKING:
@@ -160,7 +162,12 @@ def _serve(conn, parent: int) -> None:
     # FFCV compiles numba functions at import (its loader's), seconds of CPU that the writer never calls: its
     # writer is plain Python and numpy, and writes the same records with numba's JIT off (tests compare the pixels)
     os.environ["NUMBA_DISABLE_JIT"] = "1"
-    import ffcv.writer  # noqa: F401
+    try:
+        import ffcv.writer  # noqa: F401
+    except Exception as e:  # installed but broken (its compiled part, the libraries it links): said at once
+        failure = ConvertError(f"FFCV cannot be imported ({type(e).__name__}: {e}); {install_hint('ffcv')}")
+        send_or_end(conn, (failure, {}))
+        return
 
     times = {"ffcv: import FFCV": time.perf_counter() - t0}
     _REPORT = conn
@@ -189,15 +196,22 @@ class Helper:
         self.process.start()
         child.close()
 
+    def check(self) -> None:
+        """Raise the helper's failure where it has already said one (it could not import FFCV)."""
+        if self.conn.poll():
+            failure, _ = self.conn.recv()
+            raise failure
+
     def run(self, job: tuple) -> dict[str, float]:
         """Hand the helper its job; wait for the .beton; the seconds of its stages."""
-        self.conn.send(job)
+        self.check()
         try:
+            self.conn.send(job)
             while not self.conn.poll(0.2):  # short polls: the converting process acts on a stop signal at once
                 if not self.process.is_alive() and not self.conn.poll():
                     raise EOFError
             failure, times = self.conn.recv()
-        except EOFError:
+        except (EOFError, BrokenPipeError, ConnectionResetError):
             failure, times = (
                 RuntimeError(f"FFCV's writer process ended without a word (exit code {self.process.exitcode})"),
                 {},

@@ -119,6 +119,38 @@ def test_unwritable_output(tmp_path):
     assert r.exit_code == 1 and "cannot write" in r.output
 
 
+@pytest.mark.parametrize("fmt,library", [("ffcv", "ffcv"), ("stream", "litdata")])
+def test_a_format_whose_library_is_missing_is_refused_with_the_fix(tmp_path, monkeypatch, fmt, library):
+    """Without the format's library (a None in sys.modules is how Python marks a module unimportable), the conversion
+    stops before any work with the library and the extra to install named, and leaves nothing; FFCV's writer, which
+    imports it in a process of its own, had said only "Connection reset by peer"."""
+    monkeypatch.setitem(sys.modules, library, None)
+    out = tmp_path / "out"
+    r = run("--source", "synthetic-images", "--limit", "10", "--format", f"hdf5,{fmt}", "--output", str(out))
+    assert r.exit_code == 1, r.output
+    assert f"--format {fmt} needs {library}, which is not installed" in r.output and f"gpufeed[{fmt}]" in r.output
+    assert not out.exists()
+    _no_output(out)
+
+
+def test_an_ffcv_that_cannot_be_imported_is_named_not_a_broken_pipe(tmp_path):
+    """An installed FFCV whose import fails (its compiled part, a library it links) is reported with the import's own
+    error and the fix, before the input is read through, from the helper process that imports it."""
+    fake = tmp_path / "site" / "ffcv"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('raise ImportError("libopencv_imgproc.so.406: cannot open shared object file")\n')
+    out = tmp_path / "out"
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(fake.parent), str(Path(__file__).resolve().parents[2])])}
+    args = ["--source", "synthetic-images", "--limit", "4000", "--format", "hdf5,ffcv", "--output", str(out)]
+    r = subprocess.run(
+        [sys.executable, "-m", "dataprep", "convert", "--quiet", *args], env=env, capture_output=True, text=True
+    )
+    assert r.returncode == 1, r.stderr
+    assert "FFCV cannot be imported (ImportError: libopencv_imgproc.so.406" in r.stderr and "gpufeed[ffcv]" in r.stderr
+    assert "Traceback" not in r.stderr
+    _no_output(out)
+
+
 def test_existing_output_needs_overwrite(tmp_path):
     """A second conversion into a finished directory refuses without --overwrite and replaces it with it."""
     args = ["--source", "synthetic-images", "--limit", "10", "--format", "hdf5", "--output", str(tmp_path / "o")]
