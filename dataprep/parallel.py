@@ -159,13 +159,13 @@ class _Worker:
             if not self.process.is_alive() and not self.conn.poll():
                 raise WorkerDied(
                     f"{self.process.name} (pid {self.process.pid}) ended without answering: "
-                    f"{_how(self.process.exitcode)}"
+                    f"{exit_reason(self.process.exitcode)}"
                 )
         try:
             ok, value = self.conn.recv()
         except (EOFError, OSError):
             self.process.join(1)
-            raise WorkerDied(f"{self.process.name} ended mid-answer: {_how(self.process.exitcode)}") from None
+            raise WorkerDied(f"{self.process.name} ended mid-answer: {exit_reason(self.process.exitcode)}") from None
         self.outstanding -= 1
         if not ok:
             raise value
@@ -182,7 +182,7 @@ class _Worker:
         self.conn.close()
 
 
-def _how(exitcode: int | None) -> str:
+def exit_reason(exitcode: int | None) -> str:
     import signal
 
     if exitcode is None:

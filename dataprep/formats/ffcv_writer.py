@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..convert_config import ConvertError
-from ..parallel import die_with_parent, exit_when_gone, send_or_end
+from ..parallel import WorkerDied, die_with_parent, exit_reason, exit_when_gone, send_or_end
 from . import install_hint
 from .ffcv_layout import fields, stored_dtype
 
@@ -197,10 +197,17 @@ class Helper:
         child.close()
 
     def check(self) -> None:
-        """Raise the helper's failure where it has already said one (it could not import FFCV)."""
+        """Raise the helper's failure where it has already said one (it could not import FFCV) or ended."""
         if self.conn.poll():
-            failure, _ = self.conn.recv()
+            try:
+                failure, _ = self.conn.recv()
+            except EOFError:
+                failure = self._silent()
             raise failure
+
+    def _silent(self) -> WorkerDied:
+        self.process.join(1)
+        return WorkerDied(f"FFCV's writer process ended without a word: {exit_reason(self.process.exitcode)}")
 
     def run(self, job: tuple) -> dict[str, float]:
         """Hand the helper its job; wait for the .beton; the seconds of its stages."""
@@ -212,10 +219,7 @@ class Helper:
                     raise EOFError
             failure, times = self.conn.recv()
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            failure, times = (
-                RuntimeError(f"FFCV's writer process ended without a word (exit code {self.process.exitcode})"),
-                {},
-            )
+            failure, times = self._silent(), {}
         self.process.join()
         if failure is not None:
             raise failure

@@ -151,6 +151,22 @@ def test_an_ffcv_that_cannot_be_imported_is_named_not_a_broken_pipe(tmp_path):
     _no_output(out)
 
 
+def test_a_killed_ffcv_helper_is_reported_as_a_dead_worker():
+    """FFCV's helper process killed while the input is read (the OOM killer's SIGKILL): the writer's next check says
+    so as a dead worker, which the CLI reports in one line, not a traceback or an EOFError."""
+    from dataprep.formats.ffcv_writer import Helper
+    from dataprep.parallel import WorkerDied
+
+    helper = Helper()
+    try:
+        helper.process.kill()
+        helper.process.join(30)
+        with pytest.raises(WorkerDied, match="FFCV's writer process ended without a word: killed by SIGKILL"):
+            helper.check()
+    finally:
+        helper.close()
+
+
 def test_existing_output_needs_overwrite(tmp_path):
     """A second conversion into a finished directory refuses without --overwrite and replaces it with it."""
     args = ["--source", "synthetic-images", "--limit", "10", "--format", "hdf5", "--output", str(tmp_path / "o")]
