@@ -52,10 +52,10 @@ demo: setup
 	@echo
 	@$(PY) -m bench.report.demo $(BENCH_DIR) $(DEMO)/train
 
-# first the bytecode of the project's own modules, as a non-editable install writes it: the tests start many
-# processes, and where PYTHONDONTWRITEBYTECODE is set each one compiled them again (0.3-0.4 s a process on 2 cores)
-# Two test processes, each taking whole files (its fixtures built once): most tests wait on processes and servers of
-# their own, so on 2 cores the suite ran in 0.63 of the time one process took
+# First the bytecode of the project's own modules, as a non-editable install writes it: the tests start many
+# processes, and where PYTHONDONTWRITEBYTECODE is set each one compiled them again (0.3-0.4 s a process on 2 cores).
+# Then two test processes, each taking whole files (a file's fixtures built once): most tests wait on processes and
+# servers of their own, so on 2 cores the suite ran in 0.63 of the time one process took.
 test: setup
 	$(PY) -m compileall -q -j 0 common dataprep loaders training bench tests > /dev/null
 	$(PY) -m pytest -q -m "not slow" -n 2 --dist loadfile

@@ -332,6 +332,14 @@ def _stage(manifest: dict, name: str) -> float:
     return manifest["timings"]["stages"][name]["seconds"]
 
 
+def _printed_stage(output: str, name: str = ENCODE_STAGE) -> float:
+    """A stage's seconds in the --timings table a command printed."""
+    return float(output.split(name)[1].split()[0])
+
+
+PYSPY_HZ = 100  # the profiles' sampling rate: py-spy record --rate 100
+
+
 def _convert_row(one: dict, one_ms: float, four: dict, four_ms: float) -> tuple:
     """(1 GPU s, 4 GPUs s, whole command ×, then the encoding: images/s 1 -> 4 and × for --vae, or the caption
     writer's seconds 1 -> 4 and ×)."""

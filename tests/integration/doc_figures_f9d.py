@@ -3,14 +3,13 @@ one-GPU runs and the py-spy profile under bench/results/f9_text_h200."""
 
 from __future__ import annotations
 
-from doc_figures import BENCHMARKS, README, Figure, _convert_row, _stage
+from doc_figures import BENCHMARKS, PYSPY_HZ, README, Figure, _convert_row, _printed_stage, _stage
+from doc_figures import ENCODE_STAGE as ENCODE
 
 PROFILE = "f9_text_h200/t5_profile/"
 WARM = "f9_text_h200/t5_warm_soon/t5_gpus1.manifest.json"
-ENCODE = "text: encode the distinct captions"
 TWO = tuple(f"f9_text_2xh200/t5_warm_soon/t5_gpus{g}.{x}" for g in (1, 2) for x in ("manifest.json", "ms"))
 WARM_STAGE = "text: eager warm-up (a thread)"
-PYSPY_HZ = 100  # py-spy record -r 100
 
 
 def _seconds_in(profile: str, frame: str, but: str | None = None) -> float:
@@ -58,7 +57,7 @@ FIGURES = (
         lambda new, old, spy: (
             _stage(new, ENCODE),
             _stage(old, ENCODE),
-            float(spy.split(ENCODE)[1].split()[0]),
+            _printed_stage(spy),
         ),
         "the caption writer then took {:.2f} s, against {:.2f} s and {:.2f} s for f4f9d96",
     ),
@@ -116,7 +115,7 @@ BEFORE = (  # one GPU's caption writer with graphs, before the one warm-up: ever
 
 def _one_gpu_before_after(new: dict, new2: dict, spy: str, *before: dict) -> tuple:
     after = [_stage(m, ENCODE) for m in (new, new2)]
-    old = [_stage(m, ENCODE) for m in before] + [float(spy.split(ENCODE)[1].split()[0])]
+    old = [_stage(m, ENCODE) for m in before] + [_printed_stage(spy)]
     return min(after), max(after), min(old), max(old)
 
 

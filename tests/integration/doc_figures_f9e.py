@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from doc_figures import BENCHMARKS, README, Figure, _convert_row
+from doc_figures import BENCHMARKS, PYSPY_HZ, README, Figure, _convert_row
+from doc_figures import _printed_stage as _encode
 
 ROOT = "f9_text_4xh200/"
 ROW = tuple(f"{ROOT}t5_warmup_{{}}/t5_gpus{g}.{x}" for g in (1, 4) for x in ("manifest.json", "ms"))
@@ -15,13 +16,6 @@ REPEATS = ROOT + "t5_warmup_50k_repeats/"
 ONE = tuple(REPEATS + f"{n}.txt" for n in ("one_omp1", "one1", "one1b"))
 FOUR = tuple(REPEATS + f"{n}.txt" for n in ("omp16", "spy", "base4", "base4b"))  # in the order run
 PROFILE = REPEATS + "t5_gpus4_spy.speedscope.json.xz"
-ENCODE = "text: encode the distinct captions"
-PYSPY_HZ = 100  # py-spy record --rate 100
-
-
-def _encode(output: str) -> float:
-    """The caption writer's seconds in a command's printed --timings."""
-    return float(output.split(ENCODE)[1].split()[0])
 
 
 def _repeats(*outputs: str) -> tuple:

@@ -20,7 +20,7 @@ def _outcomes(*logs: str) -> tuple:
 
 
 def _later(*logs: str) -> tuple:
-    """(tests passed, none failed, the longest test's seconds) over the later calls (--durations=0)."""
+    """(tests passed, the longest test's seconds) over the later calls (--durations=0); None where one failed."""
     text = "\n".join(logs)
     if re.search(r"^(FAILED|ERROR) ", text, re.M):
         return (None, None)
