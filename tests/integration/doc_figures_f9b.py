@@ -231,14 +231,14 @@ FIGURES = (
     ),
     Figure(
         (BENCHMARKS,),
-        "The whole command does not scale (1.62–1.81× and about 1×)",
+        "command does not scale (1.62–1.81× and about 1× at 10,000 images",
         (*F9_CONVERT["vae"], *F9_CONVERT["vae_stages"], *F9_CONVERT["raw_send"]),
         lambda *r: (
             min(_convert_row(*r[4:8])[2], _convert_row(*r[:4])[2]),
             max(_convert_row(*r[4:8])[2], _convert_row(*r[:4])[2]),
             _convert_row(*r[8:12])[2],
         ),
-        "The whole command does not scale ({:.2f}–{:.2f}× and about {:.0f}×)",
+        "command does not scale ({:.2f}–{:.2f}× and about {:.0f}× at 10,000 images",
     ),
     *(  # what each change between the T5-XL rows did to the encoding's pace on 4 GPUs
         Figure(

@@ -1,5 +1,6 @@
 """Finding 9's caption writer on 4 GPUs after the one warm-up (docs/BENCHMARKS.md, README.md), against the runs under
-bench/results/f9_text_4xh200/t5_warmup_* and the py-spy profile of one 4-GPU run."""
+bench/results/f9_text_4xh200/t5_warmup_*, t5_50k_after_one_gpu (a third host) and the py-spy profile of one 4-GPU
+run."""
 
 from __future__ import annotations
 
@@ -16,21 +17,68 @@ REPEATS = ROOT + "t5_warmup_50k_repeats/"
 ONE = tuple(REPEATS + f"{n}.txt" for n in ("one_omp1", "one1", "one1b"))
 FOUR = tuple(REPEATS + f"{n}.txt" for n in ("omp16", "spy", "base4", "base4b"))  # in the order run
 PROFILE = REPEATS + "t5_gpus4_spy.speedscope.json.xz"
+THIRD = ROOT + "t5_50k_after_one_gpu/"  # the third host
+ONE_C = tuple(THIRD + f"{n}.txt" for n in ("one1", "one1b", "one1c"))
+FOUR_C = tuple(THIRD + f"{n}.txt" for n in ("spy", "base4", "base4b", "base4c", "base4d"))  # in the order run
+AFTER_ONE = (0, 2, 4)  # FOUR_C's runs right after a one-GPU run
+THIRD_ALL = (*ONE_C, *FOUR_C, THIRD + "marks.txt", THIRD + "meminfo_call1.txt", THIRD + "meminfo_call2.txt")
+
+
+def _ratios(ones: tuple, fours: tuple) -> tuple:
+    """(each 4-GPU run's × against the median one-GPU run, in the order run)."""
+    one = statistics.median(map(_encode, ones))
+    return tuple(one / _encode(o) for o in fours)
 
 
 def _repeats(*outputs: str) -> tuple:
-    """(each 4-GPU run's × against the median one-GPU run, in the order run), from ONE then FOUR."""
-    one = statistics.median(_encode(o) for o in outputs[: len(ONE)])
-    return tuple(one / _encode(o) for o in outputs[len(ONE) :])
+    return _ratios(outputs[: len(ONE)], outputs[len(ONE) :])
+
+
+def _third(*outputs: str) -> tuple:
+    return _ratios(outputs[: len(ONE_C)], outputs[len(ONE_C) : len(ONE_C) + len(FOUR_C)])
 
 
 def _all_runs(*loaded) -> tuple:
-    """(lowest ×, highest ×, runs, runs at 3.6× or more) over A10, A50 and the repeats."""
-    ratios = [_convert_row(*loaded[:4])[5], _convert_row(*loaded[4:8])[5], *_repeats(*loaded[8:])]
-    return min(ratios), max(ratios), len(ratios), sum(r >= 3.6 for r in ratios)
+    """(lowest ×, highest ×, runs, runs at 3.6× or more, the third host's lowest and highest ×) over A10, A50, the
+    repeats and the third host's runs."""
+    b = 8 + len(ONE) + len(FOUR)
+    third = _third(*loaded[b:])
+    ratios = [_convert_row(*loaded[:4])[5], _convert_row(*loaded[4:8])[5], *_repeats(*loaded[8:b]), *third]
+    return min(ratios), max(ratios), len(ratios), sum(r >= 3.6 for r in ratios), min(third), max(third)
 
 
-ALL = (*A10, *A50, *ONE, *FOUR)
+ALL = (*A10, *A50, *ONE, *FOUR, *ONE_C, *FOUR_C)
+
+
+def _walls(text: str) -> dict[str, float]:
+    """Each command's wall time in seconds, from walls.txt ("NAME MS ms: ...")."""
+    return {p[0]: int(p[1]) / 1000 for p in (line.split() for line in text.splitlines()) if p[2:3] in (["ms"], ["ms:"])}
+
+
+def _third_row(walls: str, *outputs: str) -> tuple:
+    """The table's row: median whole-command seconds on 1 and 4 GPUs (the plain runs) and their ×, then the caption
+    writer's median seconds and ×."""
+    w = _walls(walls)
+    one, four = (statistics.median(w[n] for n in names) for names in (("one1", "one1b", "one1c"), FOUR_NAMES))
+    enc1 = statistics.median(map(_encode, outputs[: len(ONE_C)]))
+    enc4 = statistics.median(map(_encode, outputs[len(ONE_C) + 1 :]))  # the plain runs: not the one under py-spy
+    return one, four, one / four, enc1, enc4, enc1 / enc4
+
+
+FOUR_NAMES = ("base4", "base4b", "base4c", "base4d")
+
+
+def _dirty_at_starts(marks: str, *meminfo: str) -> tuple:
+    """(fewest and most GB of dirty pages as a 4-GPU run began, over those not after a sync; then that after it)."""
+    samples = sorted(  # each line: the time, then /proc/meminfo's "Name:kB" fields
+        (float(t), int(dict(f.split(":") for f in fields)["Dirty"]) * 1024 / 1e9)
+        for text in meminfo
+        for t, *fields in (line.split() for line in text.splitlines())
+    )
+    starts = {n: float(t) for t, event, n in (line.split() for line in marks.splitlines()) if event == "start"}
+    at = {n: next(d for t, d in samples if t >= starts[n]) for n in ("spy", *FOUR_NAMES)}
+    plain = [d for n, d in at.items() if n != "base4"]  # base4 ran right after the sync
+    return min(plain), max(plain), at["base4"]
 
 
 def _waits(profile: dict) -> tuple:
@@ -56,26 +104,72 @@ def _waits(profile: dict) -> tuple:
 FIGURES = (
     Figure(
         (BENCHMARKS,),
-        "On 4 H200s since, it ranged from 2.92× to 3.71× over 6 runs on 2 hosts, at 10,000 or 50,000 captions: 3.6× in "
-        "2 of them.",
+        "On 4 H200s since, it ranged from 2.92× to 3.79× over 11 runs on 3 hosts, at 10,000 or 50,000 captions: 3.6× "
+        "in 7 of them, and in all 5 on the third host",
         ALL,
-        _all_runs,
-        "On 4 H200s since, it ranged from {:.2f}× to {:.2f}× over {} runs on 2 hosts, at 10,000 or 50,000 captions: "
-        "3.6× in {} of them.",
+        lambda *r: (*_all_runs(*r)[:4], len(FOUR_C)),
+        "On 4 H200s since, it ranged from {:.2f}× to {:.2f}× over {} runs on 3 hosts, at 10,000 or 50,000 captions: "
+        "3.6× in {} of them, and in all {} on the third host",
     ),
     Figure(
         (README,),
-        "H200s 2.92–3.71× (6 runs on 2 hosts, 10,000 or 50,000 captions; 3.6× in 2 of them)",
+        "H200s 2.92–3.79× (11 runs on 3 hosts, 10,000 or 50,000 captions; 3.6× in 7 of them, all 5 on the third host)",
         ALL,
-        _all_runs,
-        "H200s {:.2f}–{:.2f}× ({} runs on 2 hosts, 10,000 or 50,000 captions; 3.6× in {} of them)",
+        lambda *r: (*_all_runs(*r)[:4], len(FOUR_C)),
+        "H200s {:.2f}–{:.2f}× ({} runs on 3 hosts, 10,000 or 50,000 captions; 3.6× in {} of them, all {} on the third "
+        "host)",
     ),
     Figure(
         (BENCHMARKS,),
-        "and 2.92–3.71× in 6 later runs on 2 hosts",
+        "and 2.92–3.79× in 11 later runs on 3 hosts (3.64–3.79× in all 5 on the third)",
         ALL,
-        lambda *r: _all_runs(*r)[:3],
-        "and {:.2f}–{:.2f}× in {} later runs on 2 hosts",
+        lambda *r: (*_all_runs(*r)[:3], *_all_runs(*r)[4:], len(FOUR_C)),
+        "and {:.2f}–{:.2f}× in {} later runs on 3 hosts ({:.2f}–{:.2f}× in all {} on the third)",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "| 53.7 s | 40.5 s | 1.33× | 21.96 → 5.92 s: **3.71×** |",
+        (THIRD + "walls.txt", *ONE_C, *FOUR_C),
+        _third_row,
+        "| {:.1f} s | {:.1f} s | {:.2f}× | {:.2f} → {:.2f} s: **{:.2f}×** |",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "1.25–1.33× at 50,000)",
+        (*A50, THIRD + "walls.txt", *ONE_C, *FOUR_C),
+        lambda *r: (_convert_row(*r[:4])[2], _third_row(*r[4:])[2]),
+        "{:.2f}–{:.2f}× at 50,000)",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "One GPU took 21.90–22.04 s (3 runs), 4 GPUs 5.80–6.04 s (5 runs, the first under py-spy): 3.64–3.79× the "
+        "median one-GPU run, the runs right after a one-GPU run 3.64–3.67×.",
+        (*ONE_C, *FOUR_C),
+        lambda *o: (
+            min(map(_encode, o[:3])),
+            max(map(_encode, o[:3])),
+            len(o[:3]),
+            min(map(_encode, o[3:])),
+            max(map(_encode, o[3:])),
+            len(o[3:]),
+            min(_third(*o)),
+            max(_third(*o)),
+            min(_third(*o)[k] for k in AFTER_ONE),
+            max(_third(*o)[k] for k in AFTER_ONE),
+        ),
+        "One GPU took {:.2f}–{:.2f} s ({} runs), 4 GPUs {:.2f}–{:.2f} s ({} runs, the first under py-spy): "
+        "{:.2f}–{:.2f}× the median one-GPU run, the runs right after a one-GPU run {:.2f}–{:.2f}×.",
+    ),
+    Figure(
+        (BENCHMARKS,),
+        "every 4-GPU run but one began with 6.3–6.6 GB of the earlier runs' tables not yet on disk, the run after a "
+        "4-GPU run (3.75×) as well as those after a one-GPU run; the one after a `sync` began with 25 kB and ran 3.79× "
+        "(one run).",
+        THIRD_ALL,
+        lambda *o: (*_dirty_at_starts(*o[-3:])[:2], _third(*o)[3], _dirty_at_starts(*o[-3:])[2] * 1e6, _third(*o)[1]),
+        "every 4-GPU run but one began with {:.1f}–{:.1f} GB of the earlier runs' tables not yet on disk, the run "
+        "after a 4-GPU run ({:.2f}×) as well as those after a one-GPU run; the one after a `sync` began with {:.0f} kB "
+        "and ran {:.2f}× (one run).",
     ),
     Figure(
         (BENCHMARKS,),
