@@ -9,7 +9,22 @@ from collections import defaultdict
 from pathlib import Path
 
 STYLE = {True: "-", False: "--", None: "-"}  # pin_memory on / off / not a knob of this backend
-COLORS = {"torch": "tab:red", "hdf5": "tab:blue", "ffcv": "tab:green", "dali": "tab:purple", "gpu": "tab:orange"}
+COLORS = {
+    "torch": "tab:red",
+    "hdf5": "tab:blue",
+    "ffcv": "tab:green",
+    "dali": "tab:purple",
+    "gpu": "tab:orange",
+    "stream": "tab:brown",
+}
+
+
+def rate_scale(rates: list[float]) -> str:
+    """The throughput axis: "log" where the rates span 2× or more (a starving baseline beside loaders that keep up),
+    else "linear" from 0, since a log axis over a few percent zooms into run-to-run noise and labels it in powers of
+    ten."""
+    rates = [r for r in rates if r]
+    return "log" if rates and max(rates) >= 2 * min(rates) else "linear"
 
 
 def plot_scenario(groups: list[dict], free: list[dict], path: Path, title: str) -> Path:
@@ -60,7 +75,10 @@ def plot_scenario(groups: list[dict], free: list[dict], path: Path, title: str) 
         axes[1].axhline(level, color="gray", linestyle=":", linewidth=1)
     if alone:
         axes[1].set_yscale("log")
-    axes[0].set_yscale("log")
+    scale = rate_scale([g["samples_per_s"] for g in groups] + [r["samples_per_s"] for r in free])
+    axes[0].set_yscale(scale)
+    if scale == "linear":
+        axes[0].set_ylim(bottom=0)
     axes[0].legend(fontsize=8, loc="best")
     both = {g["pin_memory"] for g in groups} >= {True, False}  # a CPU's runs have no page-locked copies to compare
     fig.suptitle(title + ("  (pin_memory: on solid, off dashed)" if both else ""))

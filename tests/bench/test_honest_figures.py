@@ -148,3 +148,18 @@ def test_groups_keep_how_busy_the_machine_was():
     ]
     (g,) = group(rows)
     assert g["other_share_max"] == 0.4
+
+
+def test_rates_a_few_percent_apart_plot_from_zero_on_a_linear_axis(tmp_path):
+    """A log axis over a few percent zooms into run-to-run noise; a starving baseline beside the rest keeps it."""
+    from bench.report.plots import plot_scenario, rate_scale
+
+    assert rate_scale([26_351, 26_234, 26_487]) == "linear"
+    assert rate_scale([7_017, 25_708, None]) == "log"
+    groups = [
+        {"backend": b, "workers": 1, "pin_memory": None, "model": "ddpm_cifar10", "samples_per_s": rate}
+        | {"starvation": 0.002, "cpu_s_per_1k_samples": 0.07}
+        for b, rate in (("ffcv", 26_324), ("stream", 26_398))
+    ]
+    path = plot_scenario(groups, [{"samples_per_s": 26_351, "model": "ddpm_cifar10"}], tmp_path / "p.png", "near")
+    assert path.stat().st_size > 10_000
