@@ -64,7 +64,7 @@ FIGURES = (
         "waited for its input more than {:.2%} of the time.",
     ),
     Figure(
-        (README,),
+        (README, BENCHMARKS),
         "ffcv, DALI and stream at 99.5% or more at 2 and at 4 cores a rank (2 runs each)",
         SUMMARY,
         lambda s: (
