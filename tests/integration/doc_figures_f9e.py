@@ -18,8 +18,9 @@ ONE = tuple(REPEATS + f"{n}.txt" for n in ("one_omp1", "one1", "one1b"))
 FOUR = tuple(REPEATS + f"{n}.txt" for n in ("omp16", "spy", "base4", "base4b"))  # in the order run
 PROFILE = REPEATS + "t5_gpus4_spy.speedscope.json.xz"
 THIRD = ROOT + "t5_50k_after_one_gpu/"  # the third host
-ONE_C = tuple(THIRD + f"{n}.txt" for n in ("one1", "one1b", "one1c"))
-FOUR_C = tuple(THIRD + f"{n}.txt" for n in ("spy", "base4", "base4b", "base4c", "base4d"))  # in the order run
+ONE_C_NAMES = ("one1", "one1b", "one1c")
+FOUR_C_NAMES = ("spy", "base4", "base4b", "base4c", "base4d")  # in the order run; base4 right after a sync
+ONE_C, FOUR_C = (tuple(THIRD + f"{n}.txt" for n in names) for names in (ONE_C_NAMES, FOUR_C_NAMES))
 AFTER_ONE = (0, 2, 4)  # FOUR_C's runs right after a one-GPU run
 THIRD_ALL = (*ONE_C, *FOUR_C, THIRD + "marks.txt", THIRD + "meminfo_call1.txt", THIRD + "meminfo_call2.txt")
 
@@ -59,13 +60,20 @@ def _third_row(walls: str, *outputs: str) -> tuple:
     """The table's row: median whole-command seconds on 1 and 4 GPUs (the plain runs) and their ×, then the caption
     writer's median seconds and ×."""
     w = _walls(walls)
-    one, four = (statistics.median(w[n] for n in names) for names in (("one1", "one1b", "one1c"), FOUR_NAMES))
+    # the plain runs: not the one under py-spy, FOUR_C's first
+    one, four = (statistics.median(w[n] for n in names) for names in (ONE_C_NAMES, FOUR_C_NAMES[1:]))
     enc1 = statistics.median(map(_encode, outputs[: len(ONE_C)]))
-    enc4 = statistics.median(map(_encode, outputs[len(ONE_C) + 1 :]))  # the plain runs: not the one under py-spy
+    enc4 = statistics.median(map(_encode, outputs[len(ONE_C) + 1 :]))
     return one, four, one / four, enc1, enc4, enc1 / enc4
 
 
-FOUR_NAMES = ("base4", "base4b", "base4c", "base4d")
+def _third_runs(*outputs: str) -> tuple:
+    """(one GPU's fewest and most seconds, its runs; the same for 4 GPUs; the lowest and highest ×, and those of the
+    runs right after a one-GPU run), from ONE_C then FOUR_C."""
+    ratios = _third(*outputs)
+    one, four = ([_encode(o) for o in part] for part in (outputs[: len(ONE_C)], outputs[len(ONE_C) :]))
+    spans = [(min(x), max(x)) for x in (one, four, ratios, [ratios[k] for k in AFTER_ONE])]
+    return (*spans[0], len(one), *spans[1], len(four), *spans[2], *spans[3])
 
 
 def _dirty_at_starts(marks: str, *meminfo: str) -> tuple:
@@ -76,7 +84,7 @@ def _dirty_at_starts(marks: str, *meminfo: str) -> tuple:
         for t, *fields in (line.split() for line in text.splitlines())
     )
     starts = {n: float(t) for t, event, n in (line.split() for line in marks.splitlines()) if event == "start"}
-    at = {n: next(d for t, d in samples if t >= starts[n]) for n in ("spy", *FOUR_NAMES)}
+    at = {n: next(d for t, d in samples if t >= starts[n]) for n in FOUR_C_NAMES}
     plain = [d for n, d in at.items() if n != "base4"]  # base4 ran right after the sync
     return min(plain), max(plain), at["base4"]
 
@@ -145,18 +153,7 @@ FIGURES = (
         "One GPU took 21.90–22.04 s (3 runs), 4 GPUs 5.80–6.04 s (5 runs, the first under py-spy): 3.64–3.79× the "
         "median one-GPU run, the runs right after a one-GPU run 3.64–3.67×.",
         (*ONE_C, *FOUR_C),
-        lambda *o: (
-            min(map(_encode, o[:3])),
-            max(map(_encode, o[:3])),
-            len(o[:3]),
-            min(map(_encode, o[3:])),
-            max(map(_encode, o[3:])),
-            len(o[3:]),
-            min(_third(*o)),
-            max(_third(*o)),
-            min(_third(*o)[k] for k in AFTER_ONE),
-            max(_third(*o)[k] for k in AFTER_ONE),
-        ),
+        _third_runs,
         "One GPU took {:.2f}–{:.2f} s ({} runs), 4 GPUs {:.2f}–{:.2f} s ({} runs, the first under py-spy): "
         "{:.2f}–{:.2f}× the median one-GPU run, the runs right after a one-GPU run {:.2f}–{:.2f}×.",
     ),
