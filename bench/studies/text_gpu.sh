@@ -9,6 +9,7 @@
 #                                                                 # (BACKENDS, GRID_WORKERS: fewer, or other counts)
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh grids3  # that data on a SeaweedFS store here, from s3://
 #   GPUFEED_COMMIT=<hash> bash bench/studies/text_gpu.sh convert4  # convert --vae / --text-encoder on 1 GPU, then 4
+#                                                                 # (CONVERT4_REPEATS=N: the autoencoder's pair N times)
 #
 # Needs what the GPU image lacks: the text stack (transformers, tokenizers, open_clip's vocabulary, diffusers) as
 # .whl/text/site.tar.xz, made here by bench/studies/text_carry.sh; ffcv staged as ../shared/device/README.md says
@@ -43,10 +44,14 @@ needs_litdata() {  # the stream format's writer and reader
   echo "$step: the stream format needs LitData: carry .whl/stream/site.tar.xz (bench/studies/stream_carry.sh)" >&2
   exit 2
 }
-timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE; as a first run, with no remembered hashes
-  local t0; t0=$(date +%s%N)
+timed() {  # timed FILE CMD...: CMD's wall milliseconds into FILE, its start and end (Unix seconds, a line each)
+  # into FILE's .span; as a first run, with no remembered hashes. With the manifest's time of writing and its wall_s,
+  # the span splits the time outside the conversion's clock into before it (torchrun) and after it (the exit)
+  local t0 t1; t0=$(date +%s%N)
   GPUFEED_HASH_BOOK=$(mktemp -u /tmp/gpufeed-hash-book-XXXXXX.json) "${@:2}"
-  echo $(( ($(date +%s%N) - t0) / 1000000 )) >"$1"
+  t1=$(date +%s%N)
+  echo $(( (t1 - t0) / 1000000 )) >"$1"
+  printf '%s\n' "$(( t0 / 1000000 ))" "$(( t1 / 1000000 ))" | awk '{printf "%.3f\n", $1 / 1000}' >"${1%.ms}.span"
 }
 
 encoders() {  # encoders KIND:SIZE...: each built once
@@ -121,12 +126,17 @@ for step in "$@"; do
       python3 -c "import json; from common.run_record import run_record; print(json.dumps(run_record('cuda'), indent=1))" \
         >"$R/convert4/host.json"  # the host, versions and commit the manifests do not record
       run=(--input "$D/img/train" --quiet --timings --overwrite --format hdf5)
-      for g in 1 "$n"; do
-        [[ " ${CONVERT4_PARTS:-vae t5} " == *" vae "* ]] || break
-        timed "$R/convert4/vae_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
-          --size 256 --vae "$D/vaes/sd" --batch-size 64 --output "$D/vae$g" >"$R/convert4/vae_gpus$g.txt" 2>&1
-        cp "$D/vae$g/manifest.json" "$R/convert4/vae_gpus$g.manifest.json"
-        archive convert4
+      for r in $(seq "${CONVERT4_REPEATS:-1}"); do  # 1 GPU, then all, then again: vae_gpus4, vae_gpus4_r2, ...
+        for g in 1 "$n"; do
+          [[ " ${CONVERT4_PARTS:-vae t5} " == *" vae "* ]] || break 2
+          name=vae_gpus$g$([ "$r" = 1 ] || echo "_r$r")
+          timed "$R/convert4/$name.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
+            --size 256 --vae "$D/vaes/sd" --batch-size 64 --output "$D/vae$g" >"$R/convert4/$name.txt" 2>&1
+          cp "$D/vae$g/manifest.json" "$R/convert4/$name.manifest.json"
+          python3 -c "import os, sys; print(f'{os.stat(sys.argv[1]).st_mtime:.3f}')" "$D/vae$g/manifest.json" \
+            >>"$R/convert4/$name.span"  # the manifest's time of writing: the conversion's end
+          archive convert4
+        done
       done
       encoders t5:t5-xl
       for g in 1 "$n"; do
