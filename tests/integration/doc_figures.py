@@ -53,6 +53,8 @@ def load(source: str) -> object:
         raw = (RESULTS / path).read_text()
     if source.endswith(".ms"):  # a command's wall time in milliseconds, as bench/studies/text_gpu.sh writes it
         return float(raw)
+    if source.endswith(".span"):  # its start and end, and the manifest's time of writing (Unix seconds, a line each)
+        return [float(x) for x in raw.split()]
     if source.endswith((".log", ".txt", ".md", ".txt.xz")):  # what a study or the bench printed as it ran
         return raw
     return list(csv.DictReader(io.StringIO(raw))) if source.endswith(".csv") else json.loads(raw)
@@ -349,12 +351,6 @@ def _convert_row(one: dict, one_ms: float, four: dict, four_ms: float) -> tuple:
         return (*whole, a, b, b / a)
     a, b = (_stage(m, ENCODE_STAGE) for m in (one, four))
     return (*whole, a, b, a / b)
-
-
-def _vae_two_hosts(*loaded) -> tuple:
-    """(encoding ×, whole command ×, 4 GPUs s, 1 GPU s) of the first host's run, then the other host's whole ×."""
-    one_gpu, four_gpus, whole, _, _, pace = _convert_row(*loaded[:4])
-    return pace, whole, four_gpus, one_gpu, _convert_row(*loaded[4:])[2]
 
 
 def _fixed(*loaded) -> tuple:
@@ -748,16 +744,6 @@ FIGURES = (
         "| CLIP-L-sized | {:,.0f} | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) |",
     ),
     Figure(
-        (README,),
-        "the encoding ran 3.78× as fast as on one GPU, but the whole command only 1.81× (41.4 s against 74.9 "
-        "s; 1.62× on",
-        (*F9_CONVERT["vae_stages"], *F9_CONVERT["vae"]),
-        _vae_two_hosts,
-        "the encoding ran {:.2f}× as fast as on one GPU, but the whole command only {:.2f}× ({:.1f} s "
-        "against {:.1f} s; "
-        "{:.2f}× on",
-    ),
-    Figure(
         ("docs/TEXT.md",),
         "captions in 4.59 s against 10.46 s at the default 64",
         (F9_BS256[0], F9_CONVERT["raw_send"][0]),
@@ -955,13 +941,6 @@ FIGURES = (
         (F8_4[1], F8_4[2], F8_4[4], F8_1[1], F8_D[1]),
         lambda *runs: (min(r["first_batch_s"] for r in runs), max(r["first_batch_s"] for r in runs)),
         "first batch comes {:.2f}–{:.2f} s after an empty cache opens",
-    ),
-    Figure(
-        (README,),
-        "importing diffusers (12–14 s)",
-        tuple(f for k in ("vae_stages", "t5_stages", "listed", "host_group", "raw_send") for f in F9_CONVERT[k]),
-        lambda *loaded: _fixed(*loaded)[2:4],
-        "importing diffusers ({:.0f}–{:.0f} s)",
     ),
     Figure(
         ("docs/TEXT.md",),

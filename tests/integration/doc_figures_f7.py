@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from doc_figures import BENCHMARKS, F7_C, F7_D, F7_E, F9_CONVERT, VAE, Figure, W, _convert_row, rate
+from doc_figures import BENCHMARKS, F7_C, F7_D, F7_E, VAE, Figure, W, rate
 
 E_RAW, C_RAW, D_RAW = (
     f"{d}/raw.tar.xz:./" for d in ("f7_late_ema_4xh200", "f7_step_graph_4xh200", "f7_buckets_4xh100")
@@ -207,16 +207,6 @@ FIGURES = (
         ),
         "the whole command took {:.1f} and {:.1f} s against one GPU's {:.1f} s, {:.2f}× and {:.2f}× as fast; its "
         "encoding alone ran {:.2f}× as fast on 2 and {:.2f}× on 4 ({:.1f} and {:.1f} against {:.1f} images/s)",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "encoding 3.78–3.81× as fast on 4 GPUs, the whole command 1.62–1.81× (one run on each)",
-        (*F9_CONVERT["vae"], *F9_CONVERT["vae_stages"]),
-        lambda *r: (
-            *(f(_convert_row(*r[k : k + 4])[5] for k in (0, 4)) for f in (min, max)),
-            *(f(_convert_row(*r[k : k + 4])[2] for k in (0, 4)) for f in (min, max)),
-        ),
-        "encoding {:.2f}–{:.2f}× as fast on 4 GPUs, the whole command {:.2f}–{:.2f}× (one run on each)",
     ),
     Figure(
         (BENCHMARKS,),

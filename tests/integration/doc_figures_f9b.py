@@ -28,8 +28,6 @@ RAW_SEND_4 = (F9_CONVERT["raw_send"][2], F9_BS256[2])  # 76159db's 4-GPU manifes
 # every T5-XL convert on 1 and 4 GPUs whose --timings time the import and the load apart (95f8ffd's did not)
 T5_ROWS = tuple(m for k in ("t5_stages", "listed", "host_group", "raw_send") for m in F9_CONVERT[k][0::2])
 T5_ROWS += F9_BS256[0::2]
-VAE_ENCODE = "encode: the first result to the last (a thread)"  # the autoencoder's encoding after its first chunk
-WHOLE_GOAL = 3.3  # the whole --vae command's goal on 4 GPUs, not a measurement
 WRITER = "{:,.0f} | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) | {:,.0f} ({:.0%}) |"  # a writer-rate row after its name
 PLAIN = WRITER + " {:.1f} GB/s disk, {:.1f} GB/s memory |"  # and the plain write of the same bytes
 F2 = "f2_tiny_bs512_cpus4/raw.tar.xz:results.csv"
@@ -217,29 +215,6 @@ FIGURES = (
         'with the "alone" figure varying up to {:.0f}× between runs',
     ),
     # on 4 GPUs: convert --vae and convert --text-encoder
-    Figure(
-        (BENCHMARKS,),
-        "the encoding nearly does for the autoencoder (3.78–3.81×); for T5-XL-sized captions it reached 2.95× eager",
-        (*F9_CONVERT["vae"], *F9_CONVERT["vae_stages"], *F9_CONVERT["raw_send"]),
-        lambda *r: (
-            min(_convert_row(*r[4:8])[-1], _convert_row(*r[:4])[-1]),
-            max(_convert_row(*r[4:8])[-1], _convert_row(*r[:4])[-1]),
-            _convert_row(*r[8:12])[-1],
-        ),
-        "the encoding nearly does for the autoencoder ({:.2f}–{:.2f}×); for T5-XL-sized captions it reached {:.2f}× "
-        "eager",
-    ),
-    Figure(
-        (BENCHMARKS,),
-        "command does not scale (1.62–1.81× and about 1× at 10,000 images",
-        (*F9_CONVERT["vae"], *F9_CONVERT["vae_stages"], *F9_CONVERT["raw_send"]),
-        lambda *r: (
-            min(_convert_row(*r[4:8])[2], _convert_row(*r[:4])[2]),
-            max(_convert_row(*r[4:8])[2], _convert_row(*r[:4])[2]),
-            _convert_row(*r[8:12])[2],
-        ),
-        "command does not scale ({:.2f}–{:.2f}× and about {:.0f}× at 10,000 images",
-    ),
     *(  # what each change between the T5-XL rows did to the encoding's pace on 4 GPUs
         Figure(
             (BENCHMARKS,),
@@ -292,18 +267,6 @@ FIGURES = (
             f(_stage(x, "import transformers") + _stage(x, "load the text encoder") for x in m) for f in (min, max)
         ),
         "before the encoder is imported and loaded ({:.0f}–{:.0f} s here)",
-    ),
-    Figure(  # the fixed cost F with (one + F) / (four + F) = the goal
-        (BENCHMARKS,),
-        "under about 2 s on both sides at 10,000 images (37.9 s of encoding on one GPU against 10.1 s on four)",
-        F9_CONVERT["vae_stages"][0::2],
-        lambda one, four: (
-            (_stage(one, VAE_ENCODE) - WHOLE_GOAL * _stage(four, VAE_ENCODE)) / (WHOLE_GOAL - 1),
-            one["count"],
-            _stage(one, VAE_ENCODE),
-            _stage(four, VAE_ENCODE),
-        ),
-        "under about {:.0f} s on both sides at {:,} images ({:.1f} s of encoding on one GPU against {:.1f} s on four)",
     ),
     # method
     Figure(  # the widest half-range of identical runs over a cell's median, over finding 2's eager grid
