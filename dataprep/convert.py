@@ -50,6 +50,9 @@ def convert(cfg: ConvertConfig) -> dict:
     time went)."""
     times = Timings()
     times.add("start: the interpreter, imports", since_process_start())
+    if cfg.vae or cfg.text_encoder:  # seconds in a fresh process, which no later stage would show
+        with times.timed("import torch"):
+            import torch  # noqa: F401
     with ranks_group(cfg, times):
         if is_remote(cfg.output):
             return _convert_to_remote(cfg, times)

@@ -97,7 +97,7 @@ TABLE = (
     "importing diffusers, loading the autoencoder, starting CUDA",
     "listing the input, the first samples decoded and encoded",
     "encoding, after the first chunk",
-    "the rest: importing torch (one GPU: no stage holds it), the writers' end, the hashes, the manifest",
+    "the rest: importing torch (one GPU; a stage of its own since), the writers' end, the hashes, the manifest",
     "after the manifest: leaving the group, the interpreters' and torchrun's exit",
     "the whole command",
 )
