@@ -82,7 +82,12 @@ def test_two_ranks_decode_half_each_and_write_one_process_dataset(folder, image_
     assert counts == {"0": "48", "1": "49"}, two.stderr[-2000:]
     # the fixed costs a short conversion on several GPUs is made of, each a stage of its own
     stages = json.loads((tmp_path / "two" / "manifest.json").read_text())["timings"]["stages"]
-    fixed = ("start: the interpreter, imports", "import torch", "join the other ranks", "import diffusers")
-    fixed += ("load the autoencoder",)
+    fixed = (
+        "start: the interpreter, imports",
+        "import torch",
+        "join the other ranks",
+        "import diffusers",
+        "load the autoencoder",
+    )
     for stage in fixed:
         assert stage in stages and stages[stage]["seconds"] > 0, stage
