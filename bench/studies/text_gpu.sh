@@ -138,7 +138,7 @@ for step in "$@"; do
           archive convert4
         done
       done
-      encoders t5:t5-xl
+      [[ " ${CONVERT4_PARTS:-vae t5} " != *" t5 "* ]] || encoders t5:t5-xl
       for g in 1 "$n"; do
         [[ " ${CONVERT4_PARTS:-vae t5} " == *" t5 "* ]] || break
         timed "$R/convert4/t5_gpus$g.ms" torchrun --standalone --nproc_per_node "$g" -m dataprep convert "${run[@]}" \
